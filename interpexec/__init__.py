@@ -1,0 +1,60 @@
+"""interpexec: run CPU-bound Python in parallel on a warm pool of subinterpreters.
+
+``InterpreterPoolExecutor`` is a ``concurrent.futures`` executor (a drop-in for
+``ProcessPoolExecutor``) whose workers are isolated subinterpreters, each with its
+own GIL on its own OS thread (PEP 684, PEP 734).
+
+How a call travels (modules named in brackets)::
+
+    submit()/map()                          [_executor]  public API, pool state
+      -> encode fn + args                   [_transport] shareable values as-is, else pickle 5
+      -> task Channel: queue + pipe         [_transport] over _interpqueues [_compat]
+      -> serve() loop inside a worker       [_worker_main], entered once per interpreter
+                                            by a worker thread [_worker]
+      -> result Channel -> collect()        [_executor]  sets the Future
+    errors: remote traceback as __cause__   [_errors]
+
+The package imports lazily: worker interpreters import only what they use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BrokenInterpreterPool",
+    "IncompatibleModuleError",
+    "InterpreterPoolExecutor",
+    "RemoteError",
+    "RemoteTraceback",
+    "__version__",
+]
+
+if TYPE_CHECKING:
+    from ._errors import IncompatibleModuleError, RemoteError, RemoteTraceback
+    from ._executor import BrokenInterpreterPool, InterpreterPoolExecutor
+
+_LAZY = {
+    "BrokenInterpreterPool": "._executor",
+    "InterpreterPoolExecutor": "._executor",
+    "IncompatibleModuleError": "._errors",
+    "RemoteError": "._errors",
+    "RemoteTraceback": "._errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'interpexec' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

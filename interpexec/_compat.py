@@ -1,0 +1,159 @@
+"""The one module that touches CPython's private interpreter APIs.
+
+``_interpreters`` and ``_interpqueues`` are private and change between releases.
+Everything else in interpexec goes through the small, stable surface below.
+
+Differences hidden here (checked against each branch's ``Modules/_interpretersmodule.c``
+and ``Modules/_interpqueuesmodule.c``):
+
+* 3.13: ``_interpqueues.create(maxsize, fmt, unboundop)``, ``put(qid, obj, fmt,
+  unboundop)``, ``get(qid) -> (obj, fmt, unboundop)``.  ``fmt`` 0 means "shareable
+  objects only"; an unshareable object raises ``NotShareableError`` and an int
+  beyond 64 bits raises ``OverflowError``.
+* 3.14 and 3.15: ``create(maxsize, unboundop, fallback)``, ``put(qid, obj,
+  unboundop)``, ``get(qid) -> (obj, unboundop)``; unshareable objects fall back to
+  pickle inside the queue (interpexec never relies on that: it decides itself).
+* 3.15: most functions are positional-only, so every call below is positional.
+* Getting from an empty queue raises the ``QueueEmpty`` class of the stdlib wrapper
+  (``test.support.interpreters`` on 3.13, ``concurrent.interpreters`` on 3.14+),
+  which the C module imports on first use; :func:`queue_get` returns a default
+  instead.
+
+This module is imported inside worker interpreters too, so it stays small and
+imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import queue as _queue
+import sys
+from typing import Any, NamedTuple
+
+import _interpreters
+import _interpqueues
+
+__all__ = [
+    "ExecFailure",
+    "InterpreterError",
+    "NotShareableError",
+    "VERSION",
+    "create_interpreter",
+    "current_interpreter_id",
+    "destroy_interpreter",
+    "interpreter_exists",
+    "list_interpreters",
+    "main_interpreter_id",
+    "queue_count",
+    "queue_create",
+    "queue_destroy",
+    "queue_get",
+    "queue_put",
+    "run_string",
+]
+
+VERSION: tuple[int, int] = sys.version_info[:2]
+
+InterpreterError: type[Exception] = _interpreters.InterpreterError
+NotShareableError: type[Exception] = _interpreters.NotShareableError
+
+# Unbound-item operations (what happens to an item when the interpreter that put it
+# is destroyed): the same numbers on every supported version.
+_UNBOUND_REMOVE = 1
+
+
+def create_interpreter() -> int:
+    """Create an isolated interpreter (own GIL, own obmalloc) and return its id."""
+    return int(_interpreters.create())
+
+
+def destroy_interpreter(interp_id: int) -> None:
+    """Destroy an interpreter; it must not be running in any thread."""
+    _interpreters.destroy(interp_id)
+
+
+def interpreter_exists(interp_id: int) -> bool:
+    return any(int(entry[0]) == interp_id for entry in _interpreters.list_all())
+
+
+def list_interpreters() -> list[int]:
+    return [int(entry[0]) for entry in _interpreters.list_all()]
+
+
+def current_interpreter_id() -> int:
+    return int(_interpreters.get_current()[0])
+
+
+def main_interpreter_id() -> int:
+    return int(_interpreters.get_main()[0])
+
+
+class ExecFailure(NamedTuple):
+    """An exception that escaped code run by :func:`run_string` (it cannot cross)."""
+
+    type_name: str
+    message: str
+    traceback: str
+
+
+def run_string(interp_id: int, source: str, shared: dict[str, Any] | None = None) -> ExecFailure | None:
+    """Run ``source`` in the interpreter's ``__main__`` in the calling thread.
+
+    ``shared`` binds shareable values (such as a memoryview) as globals of that
+    ``__main__`` first.  Blocks until the code finishes.  Returns None on success,
+    or a description of the exception that escaped.
+    """
+    excinfo = _interpreters.exec(interp_id, source, shared or {})
+    if excinfo is None:
+        return None
+    tp = getattr(excinfo, "type", None)
+    type_name = str(getattr(tp, "__qualname__", None) or getattr(tp, "__name__", "Exception"))
+    message = str(getattr(excinfo, "msg", "") or "")
+    text = getattr(excinfo, "errdisplay", None) or getattr(excinfo, "formatted", None)
+    return ExecFailure(type_name, message, str(text) if text else repr(excinfo))
+
+
+if VERSION == (3, 13):
+
+    def queue_create(maxsize: int = 0) -> int:
+        qid = int(_interpqueues.create(maxsize, 0, _UNBOUND_REMOVE))
+        _interpqueues.bind(qid)
+        return qid
+
+    def queue_put(qid: int, obj: Any) -> None:
+        _interpqueues.put(qid, obj, 0, _UNBOUND_REMOVE)
+
+else:
+
+    def queue_create(maxsize: int = 0) -> int:
+        qid = int(_interpqueues.create(maxsize, _UNBOUND_REMOVE, -1))
+        _interpqueues.bind(qid)
+        return qid
+
+    def queue_put(qid: int, obj: Any) -> None:
+        _interpqueues.put(qid, obj, _UNBOUND_REMOVE)
+
+def queue_get(qid: int, default: Any = None) -> Any:
+    """Return the next item of the queue, or ``default`` when it is empty."""
+    try:
+        return _interpqueues.get(qid)[0]
+    except _queue.Empty:
+        return default
+    except Exception:
+        # The C module raises the stdlib wrapper's QueueEmpty, importing that wrapper
+        # on first use; where it cannot (a Python without the test package on 3.13)
+        # another error comes out.  Tell emptiness from real errors by the count.
+        if _interpqueues.get_count(qid) == 0:
+            return default
+        raise
+
+
+def queue_count(qid: int) -> int:
+    return int(_interpqueues.get_count(qid))
+
+
+def queue_destroy(qid: int) -> None:
+    """Drop the queue (and anything still in it)."""
+    try:
+        _interpqueues.destroy(qid)
+    except Exception:  # already gone
+        pass

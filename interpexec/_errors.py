@@ -1,0 +1,147 @@
+"""Exceptions that cross from workers to the caller, and how they are packed.
+
+Imported inside worker interpreters, so it stays light (no concurrent.futures).
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import sys
+import traceback
+from typing import Any
+
+__all__ = [
+    "IncompatibleModuleError",
+    "RemoteError",
+    "RemoteTraceback",
+    "pack_exception",
+    "unpack_exception",
+]
+
+
+class RemoteTraceback(Exception):
+    """Carries the worker-side traceback; set as ``__cause__`` of a task's exception
+    (the same convention as ``concurrent.futures.process``)."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+class RemoteError(Exception):
+    """Stands in for a task's exception that could not be pickled or unpickled.
+
+    ``type_name`` is the original exception's qualified type name, ``message`` its
+    ``str()``, ``traceback_text`` the worker-side formatted traceback.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback_text: str) -> None:
+        super().__init__(type_name, message, traceback_text)
+        self.type_name = type_name
+        self.message = message
+        self.traceback_text = traceback_text
+
+    def __str__(self) -> str:
+        return f"{self.type_name}: {self.message}" if self.message else self.type_name
+
+
+class IncompatibleModuleError(ImportError):
+    """An extension module refused to load in an isolated subinterpreter."""
+
+    def __init__(self, module: str, detail: str = "") -> None:
+        version = "%d.%d" % sys.version_info[:2]
+        msg = (
+            f"module {module!r} cannot be imported inside an interpexec worker on "
+            f"Python {version}: it does not support isolated subinterpreters"
+            + (f" ({detail})" if detail else "")
+            + ". Remedies: run this work on a concurrent.futures.ProcessPoolExecutor, "
+            "import the module only in the parent process and pass plain data "
+            "(bytes, str, numbers, tuples) to the workers, or check which modules "
+            "load with `python -m interpexec doctor`."
+        )
+        super().__init__(msg, name=module)
+        self.module = module
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.module, self.detail))
+
+
+# How extension modules refuse isolated interpreters.
+_INCOMPATIBLE_PATTERNS = [
+    # CPython's guard for single-phase init modules (NumPy, most Cython modules).
+    re.compile(r"module (?P<mod>[\w.]+) does not support loading in subinterpreters"),
+    # PyO3 (pydantic-core, orjson, ...).
+    re.compile(r"PyO3 modules (?:do not yet|don't yet|do not) support subinterpreters"),
+    # Cython's per-process guard.
+    re.compile(r"Interpreter change detected"),
+    re.compile(r"(?:cannot|can't|can only) be (?:loaded|imported).{0,40}(?:interpreter|subinterpreter)", re.I),
+]
+
+
+def as_incompatible_module_error(exc: BaseException) -> IncompatibleModuleError | None:
+    """Recognize a refusal to load in a subinterpreter anywhere in exc's chain."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, IncompatibleModuleError):
+            return cur
+        if isinstance(cur, ImportError):
+            text = str(cur)
+            for pattern in _INCOMPATIBLE_PATTERNS:
+                m = pattern.search(text)
+                if m:
+                    mod = m.groupdict().get("mod") or cur.name or _module_from_traceback(cur)
+                    return IncompatibleModuleError(mod or "<unknown>", text)
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _module_from_traceback(exc: BaseException) -> str | None:
+    name = getattr(exc, "name", None)
+    return str(name) if name else None
+
+
+Packed = tuple[bytes | None, str, str, str]
+
+
+def pack_exception(exc: BaseException) -> Packed:
+    """Pack an exception raised in a worker for the trip to the caller."""
+    tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    incompatible = as_incompatible_module_error(exc)
+    if incompatible is not None:
+        exc = incompatible
+    tp = type(exc)
+    type_name = f"{tp.__module__}.{tp.__qualname__}" if tp.__module__ != "builtins" else tp.__qualname__
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<unprintable {tp.__qualname__}>"
+    try:
+        blob: bytes | None = pickle.dumps(exc, protocol=5)
+        pickle.loads(blob)  # it must also come back out on the other side
+    except BaseException:
+        blob = None
+    return (blob, type_name, message, tb_text)
+
+
+def unpack_exception(packed: Packed) -> BaseException:
+    """Rebuild a packed exception, with the remote traceback as its ``__cause__``."""
+    blob, type_name, message, tb_text = packed
+    exc: BaseException | None = None
+    if blob is not None:
+        try:
+            exc = pickle.loads(blob)
+        except BaseException:
+            exc = None
+        if not isinstance(exc, BaseException):
+            exc = None
+    if exc is None:
+        exc = RemoteError(type_name, message, tb_text)
+    exc.__cause__ = RemoteTraceback('\n"""\n%s"""' % tb_text)
+    return exc

@@ -1,0 +1,228 @@
+"""How tasks and results travel between the main interpreter and the workers.
+
+Two pieces, both usable from any interpreter (this module is imported inside the
+workers, so it imports nothing heavy):
+
+* :class:`Channel`: a cross-interpreter queue (``_interpqueues``, through
+  :mod:`interpexec._compat`) plus a wake-up pipe.  The sender puts an item, then
+  writes one byte; a receiver that finds the queue empty blocks in ``os.read`` on
+  the pipe (releasing its GIL) instead of sleeping and polling.
+* :func:`encode` / :func:`decode`: values that are natively shareable (None, bool,
+  int within 64 bits, float, str, bytes, and tuples of these) cross as they are,
+  with no pickling (``bytes`` is copied once, on receipt).  Everything else goes as
+  pickle protocol 5; out-of-band buffers (``bytearray``, ``PickleBuffer``s) travel
+  beside the pickle as memoryviews when the sender outlives the receiver (main to
+  worker), and as bytes otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+from . import _compat
+
+NATIVE = 0
+PICKLED = 1
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_SCALARS = (type(None), bool, float, str, bytes)
+_MAX_TUPLE = 4096  # longer tuples are pickled: checking them costs more than it saves
+
+
+def is_native(obj: Any, _depth: int = 0) -> bool:
+    """True when ``obj`` crosses interpreters natively and comes out equal and of
+    the same type (exact types only: subclasses such as IntEnum are pickled)."""
+    tp = type(obj)
+    if tp in _SCALARS:
+        return True
+    if tp is int:
+        return _INT64_MIN <= obj <= _INT64_MAX
+    if tp is tuple:
+        if _depth > 8 or len(obj) > _MAX_TUPLE:
+            return False
+        for item in obj:
+            if not is_native(item, _depth + 1):
+                return False
+        return True
+    return False
+
+
+Encoded = tuple[Any, ...]
+
+
+def encode(obj: Any, *, share_buffers: bool) -> Encoded:
+    """Turn ``obj`` into a natively shareable tuple.
+
+    ``share_buffers``: out-of-band pickle buffers may cross as memoryviews over the
+    sender's memory (only safe when the sender outlives the receiver's use: main
+    to worker).  Raises whatever pickling raises.
+    """
+    if is_native(obj):
+        return (NATIVE, obj)
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    if not buffers:
+        return (PICKLED, data)
+    if share_buffers:
+        views = tuple(_as_view(b) for b in buffers)
+    else:
+        views = tuple(bytes(b.raw()) for b in buffers)
+    return (PICKLED, data, views)
+
+
+def _as_view(buf: pickle.PickleBuffer) -> Any:
+    raw = buf.raw()
+    if raw.readonly:
+        return raw
+    # A writable buffer crosses as a read-only view; pickle rebuilds the object
+    # (for example a bytearray) from it with one copy on the receiving side.
+    return raw.toreadonly()
+
+
+def decode(enc: Encoded) -> Any:
+    if enc[0] == NATIVE:
+        return enc[1]
+    if len(enc) == 2:
+        return pickle.loads(enc[1])
+    return pickle.loads(enc[1], buffers=enc[2])
+
+
+_EMPTY = object()
+
+
+class Channel:
+    """A one-way cross-interpreter queue with a pipe for blocking wake-ups.
+
+    Construct it in the main interpreter, hand ``spec()`` to a worker and rebuild
+    it there with ``Channel.from_spec``.  Only the creator closes it.
+    """
+
+    __slots__ = ("qid", "rfd", "wfd", "_owner")
+
+    def __init__(self) -> None:
+        self.qid = _compat.queue_create()
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.wfd, False)
+        self._owner = True
+
+    @classmethod
+    def from_spec(cls, spec: tuple[int, int, int]) -> Channel:
+        self = cls.__new__(cls)
+        self.qid, self.rfd, self.wfd = spec
+        self._owner = False
+        return self
+
+    def spec(self) -> tuple[int, int, int]:
+        return (self.qid, self.rfd, self.wfd)
+
+    def put(self, item: Any) -> None:
+        _compat.queue_put(self.qid, item)
+        self.notify()
+
+    def notify(self) -> None:
+        if self.wfd < 0:
+            return
+        try:
+            os.write(self.wfd, b"\0")
+        except BlockingIOError:
+            pass  # pipe full: plenty of wake-ups are already pending
+
+    def get_nowait(self, default: Any = None) -> Any:
+        """Return the next item, or ``default`` when there is none."""
+        return _compat.queue_get(self.qid, default)
+
+    def drain(self) -> list[Any]:
+        """Take every item now queued (checking the count first is much cheaper than
+        the exception an empty get raises)."""
+        qid = self.qid
+        out = []
+        while n := _compat.queue_count(qid):
+            for _ in range(n):
+                out.append(_compat.queue_get(qid))
+        return out
+
+    def get(self) -> Any:
+        """Block (on the pipe, never by sleeping) until an item arrives."""
+        while True:
+            item = _compat.queue_get(self.qid, _EMPTY)
+            if item is not _EMPTY:
+                return item
+            os.read(self.rfd, 1)
+
+    def wait(self, max_bytes: int = 1) -> None:
+        """Block until at least one wake-up byte is readable; consume up to max_bytes."""
+        os.read(self.rfd, max_bytes)
+
+    def close(self) -> None:
+        if not self._owner:
+            return
+        self._owner = False
+        _compat.queue_destroy(self.qid)
+        fds = (self.rfd, self.wfd)
+        self.rfd = self.wfd = -1
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# --------------------------------------------------------------------------
+# The control block: a small int64 array in main-interpreter memory that every
+# worker sees through a writable memoryview.  It lets each side skip the wake-up
+# write (a syscall that costs several microseconds and makes the writer give up
+# its GIL) when the other side is awake or already has a wake-up pending, and lets
+# a worker wake the very thread that waits for its result.
+#
+#   [COLLECTOR_ASLEEP]            1 while the collector thread blocks on its pipe
+#   [COLLECTOR_READ]              wake-up bytes the collector has read (main writes)
+#   [ASLEEP + i]                  1 while worker i blocks on the task pipe
+#   [TASK_READ + i]               task wake-up bytes worker i has read
+#   [RESULT_WRITTEN + i]          result wake-up bytes worker i has written
+#   [WAITERS + tid % NSLOTS]      write-end fd + 1 of the pipe of a thread blocked in
+#                                 Future.result() for task tid, else 0
+#
+# Every entry has a single writer.  A sender puts on the queue, then reads the
+# flags and counters; it writes a wake-up byte only if somebody sleeps and no
+# byte is pending (bytes written - bytes read <= 0).  A receiver publishes
+# "asleep", looks at the queue once more, then blocks.  The queue's mutex orders
+# the two sides, which suffices where a store followed by a locked operation is
+# ordered (x86's total store order).  Elsewhere every wake-up is written.
+
+import platform as _platform
+
+SKIP_WAKEUPS = _platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+NSLOTS = 4096
+COLLECTOR_ASLEEP = 0
+COLLECTOR_READ = 1
+
+
+class ControlLayout:
+    """Offsets into the control block for a pool of ``workers``."""
+
+    __slots__ = ("workers", "asleep", "task_read", "result_written", "waiters", "size")
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.asleep = 2
+        self.task_read = self.asleep + workers
+        self.result_written = self.task_read + workers
+        self.waiters = self.result_written + workers
+        self.size = self.waiters + NSLOTS
+
+    def spec(self) -> int:
+        return self.workers
+
+    def asleep_bytes(self) -> tuple[int, int]:
+        """Byte range of the worker "asleep" flags (for a fast ``find(1)``)."""
+        return 8 * self.asleep, 8 * self.task_read
+
+
+def wake_fd(fd: int) -> None:
+    try:
+        os.write(fd, b"\0")
+    except OSError:
+        pass  # full (a wake-up is pending anyway) or already gone

@@ -1,0 +1,58 @@
+"""Sessions: ``nox -s tests-3.13`` (per Python), ``bench``, ``demo``, ``lint``, ``docs``.
+
+Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carries
+3.14 and 3.15 on machines whose own Pythons stop at 3.13.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "lint"]
+
+PYTHONS = ["3.13", "3.14", "3.15"]
+
+
+def _available(versions: list[str]) -> list[str]:
+    return [v for v in versions if shutil.which(f"python{v}")]
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The test suite on one Python version."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=_available(PYTHONS) or PYTHONS[0])
+def bench(session: nox.Session) -> None:
+    """The comparison benchmark (table on stdout, JSON in benchmarks/results/)."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/bench.py", *session.posargs)
+
+
+@nox.session(python=_available(PYTHONS) or PYTHONS[0])
+def demo(session: nox.Session) -> None:
+    """CPU-bound pure Python: serial vs ProcessPoolExecutor vs interpexec."""
+    session.install("-e", ".")
+    session.run("python", "-m", "interpexec", "demo", *session.posargs)
+
+
+@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
+def lint(session: nox.Session) -> None:
+    """ruff check, ruff format --check, mypy --strict."""
+    session.install("-e", ".[test]", "ruff", "mypy")
+    session.run("ruff", "check", "interpexec", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "format", "--check", "interpexec", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("mypy", "--strict", "interpexec")
+
+
+@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
+def docs(session: nox.Session) -> None:
+    """The Sphinx site, warnings as errors."""
+    session.install("-e", ".", "sphinx>=7")
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
