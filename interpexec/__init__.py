@@ -6,13 +6,17 @@ own GIL on its own OS thread (PEP 684, PEP 734).
 
 How a call travels (modules named in brackets)::
 
-    submit()/map()                          [_executor]  public API, pool state
+    submit()/map()                          [_executor]  public API
+      -> pending deque -> dispatch          [_pool]      pool state, window, workers
       -> encode fn + args                   [_transport] shareable values as-is, else pickle 5
       -> task Channel: queue + pipe         [_transport] over _interpqueues [_compat]
       -> serve() loop inside a worker       [_worker_main], entered once per interpreter
                                             by a worker thread [_worker]
-      -> result Channel -> collect()        [_executor]  sets the Future
+      -> result Channel -> collect()        [_pool]      sets the PoolFuture [_future]
     errors: remote traceback as __cause__   [_errors]
+    deadlines, interrupt(): a watchdog thread inside each worker interpreter [_worker_main]
+
+See docs/architecture.md for the full diagram.
 
 The package imports lazily: worker interpreters import only what they use.
 """
@@ -34,10 +38,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ._errors import IncompatibleModuleError, RemoteError, RemoteTraceback
-    from ._executor import BrokenInterpreterPool, InterpreterPoolExecutor
+    from ._executor import InterpreterPoolExecutor
+    from ._pool import BrokenInterpreterPool
 
 _LAZY = {
-    "BrokenInterpreterPool": "._executor",
+    "BrokenInterpreterPool": "._pool",
     "InterpreterPoolExecutor": "._executor",
     "IncompatibleModuleError": "._errors",
     "RemoteError": "._errors",

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
+import types
+import weakref
 from typing import Any
 
 from . import _compat
@@ -51,6 +54,20 @@ def is_native(obj: Any, _depth: int = 0) -> bool:
 
 
 Encoded = tuple[Any, ...]
+
+
+def encode_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Encoded:
+    """``encode((args, tuple(kwargs.items())), share_buffers=True)``, with a fast
+    path for the common case of a few scalar positional arguments."""
+    if not kwargs and len(args) <= 8:
+        for a in args:
+            tp = type(a)
+            if tp in _SCALARS or (tp is int and _INT64_MIN <= a <= _INT64_MAX) or (tp is tuple and is_native(a)):
+                continue
+            break
+        else:
+            return (NATIVE, (args, ()))
+    return encode((args, tuple(kwargs.items())), share_buffers=True)
 
 
 def encode(obj: Any, *, share_buffers: bool) -> Encoded:
@@ -179,6 +196,14 @@ class Channel:
 #
 #   [COLLECTOR_ASLEEP]            1 while the collector thread blocks on its pipe
 #   [COLLECTOR_READ]              wake-up bytes the collector has read (main writes)
+#   [COLLECTOR_NEEDED]            1 while results must be delivered promptly even
+#                                 though no thread waits in Future.result(): some
+#                                 future has callbacks or wait()/as_completed()
+#                                 waiters, work is pending behind the window, or
+#                                 the pool shuts down.  Otherwise results may wait
+#                                 in the queue until somebody looks (result(),
+#                                 done(), the next submit), saving the collector's
+#                                 wake-up and its fight for the main GIL.
 #   [ASLEEP + i]                  1 while worker i blocks on the task pipe
 #   [TASK_READ + i]               task wake-up bytes worker i has read
 #   [RESULT_WRITTEN + i]          result wake-up bytes worker i has written
@@ -198,23 +223,22 @@ SKIP_WAKEUPS = _platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"
 NSLOTS = 4096
 COLLECTOR_ASLEEP = 0
 COLLECTOR_READ = 1
+COLLECTOR_NEEDED = 2
 
 
 class ControlLayout:
-    """Offsets into the control block for a pool of ``workers``."""
+    """Offsets into the control block for ``slots`` worker slots (more slots than
+    workers: a retired worker keeps its slot until its thread ends)."""
 
-    __slots__ = ("workers", "asleep", "task_read", "result_written", "waiters", "size")
+    __slots__ = ("asleep", "result_written", "size", "slots", "task_read", "waiters")
 
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-        self.asleep = 2
-        self.task_read = self.asleep + workers
-        self.result_written = self.task_read + workers
-        self.waiters = self.result_written + workers
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.asleep = 3
+        self.task_read = self.asleep + slots
+        self.result_written = self.task_read + slots
+        self.waiters = self.result_written + slots
         self.size = self.waiters + NSLOTS
-
-    def spec(self) -> int:
-        return self.workers
 
     def asleep_bytes(self) -> tuple[int, int]:
         """Byte range of the worker "asleep" flags (for a fast ``find(1)``)."""
@@ -226,3 +250,54 @@ def wake_fd(fd: int) -> None:
         os.write(fd, b"\0")
     except OSError:
         pass  # full (a wake-up is pending anyway) or already gone
+
+
+# --------------------------------------------------------------------------
+# Callables: pickled by reference (module + qualified name), as multiprocessing
+# does.  Functions that cannot be found by reference in a worker (lambdas,
+# closures, functions typed at a REPL) go by value through cloudpickle when it is
+# installed; otherwise the call fails with an error naming the function.
+
+_FN_BLOBS: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+
+
+def dumps_callable(fn: Any) -> bytes:
+    """Pickle a callable for a worker, caching plain functions' pickles."""
+    if type(fn) is types.FunctionType:
+        blob = _FN_BLOBS.get(fn)
+        if blob is None:
+            blob = _FN_BLOBS[fn] = _pickle_callable(fn)
+        return blob
+    return _pickle_callable(fn)
+
+
+def _pickle_callable(fn: Any) -> bytes:
+    if getattr(fn, "__module__", None) == "__main__" and not _main_is_importable():
+        return _pickle_by_value(fn, "it is defined in an interactive session (REPL, notebook or python -c)")
+    qualname = getattr(fn, "__qualname__", "")
+    if type(fn) is types.FunctionType and ("<lambda>" in qualname or "<locals>" in qualname):
+        return _pickle_by_value(fn, "lambdas, closures and functions defined inside functions have no importable name")
+    try:
+        return pickle.dumps(fn, protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})")
+
+
+def _main_is_importable() -> bool:
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None):
+        return True
+    spec = getattr(main, "__spec__", None)
+    return bool(spec is not None and spec.name)
+
+
+def _pickle_by_value(fn: Any, why: str) -> bytes:
+    try:
+        import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        raise pickle.PicklingError(
+            f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
+            "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
+        ) from None
+    return bytes(cloudpickle.dumps(fn, protocol=5))

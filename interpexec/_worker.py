@@ -3,9 +3,9 @@
 The thread creates its interpreter, enters it once and stays inside
 :func:`interpexec._worker_main.serve` until told to stop.  When ``serve`` returns
 because the worker has run ``max_tasks_per_child`` tasks, the thread destroys the
-interpreter and starts over with a fresh one; queued work simply waits in the
-shared task channel meanwhile.  Before an interpreter is destroyed, every result
-it produced is collected (items it put on a queue die with it).
+interpreter and starts over with a fresh one; queued work waits in the shared task
+channel meanwhile, and the other workers keep taking it.  Before an interpreter is
+destroyed, every result it produced is collected (queued items die with it).
 """
 
 from __future__ import annotations
@@ -15,30 +15,37 @@ import threading
 from typing import TYPE_CHECKING
 
 from . import _compat
+from . import _worker_main as wm
+from ._transport import Channel
 
 if TYPE_CHECKING:
-    from ._executor import _Pool
+    from ._pool import Pool
 
-_RETIRE_MARK = "interpexec-worker-retire"
+_EXIT_MARK = "interpexec-worker-exit:"
 
 _BOOTSTRAP = """\
 import sys
 sys.path[:] = {path!r}
 from interpexec._worker_main import serve
 from interpexec._compat import queue_get
-if serve(queue_get({handoff!r}), {workers!r}, {tasks!r}, {results!r}, {index!r}, {max_tasks!r}, {init!r}, {main_path!r}, {main_name!r}):
-    raise SystemExit({mark!r})
+_reason = serve(queue_get({handoff!r}), {slots!r}, {tasks!r}, {results!r}, {commands!r}, {index!r},
+                {max_tasks!r}, {idle_timeout!r}, {grace!r}, {init!r}, {main_path!r}, {main_name!r})
+if _reason:
+    raise SystemExit({mark!r} + _reason)
 """
 
 
 class Worker:
     """A worker thread and the interpreter it currently runs."""
 
-    def __init__(self, pool: _Pool, index: int, name: str) -> None:
+    def __init__(self, pool: Pool, slot: int, name: str) -> None:
         self.pool = pool
-        self.index = index
+        self.slot = slot
+        self.name = name
         self.interp_id: int | None = None
         self.restarts = 0
+        self.retired = False  # stuck in a task; replaced; exits when it returns
+        self.commands = Channel()
         self.handoff = 0
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -49,38 +56,46 @@ class Worker:
         pool = self.pool
         return _BOOTSTRAP.format(
             path=list(pool.sys_path),
-            workers=pool.layout.spec(),
             handoff=self.handoff,
+            slots=pool.layout.slots,
             tasks=pool.tasks.spec(),
             results=pool.results.spec(),
-            index=self.index,
+            commands=self.commands.spec(),
+            index=self.slot,
             max_tasks=pool.max_tasks_per_child or 0,
+            idle_timeout=pool.idle_timeout,
+            grace=pool.interrupt_grace,
             init=pool.init_blob,
             main_path=pool.main_path,
             main_name=pool.main_name,
-            mark=_RETIRE_MARK,
+            mark=_EXIT_MARK,
         )
 
     def _run(self) -> None:
-        pool = self.pool
         # The control block crosses as a memoryview, which only a queue carries.
         self.handoff = _compat.queue_create()
+        how, error = "error", None
         try:
-            self._serve_until_stopped()
+            how, error = self._serve_until_stopped()
+        except BaseException as exc:  # pragma: no cover - defensive
+            error = repr(exc)
         finally:
             _compat.queue_destroy(self.handoff)
+            self.commands.close()
+            self.pool.worker_exited(self, how, error)
 
-    def _serve_until_stopped(self) -> None:
+    def _serve_until_stopped(self) -> tuple[str, str | None]:
+        """Returns how the worker ended ("stop", "idle", "retired" or "error") and,
+        for "error", what broke."""
         pool = self.pool
         source = self._source()
         while True:
-            _compat.queue_put(self.handoff, pool.control_view)
             try:
                 interp_id = _compat.create_interpreter()
             except BaseException as exc:
-                pool.worker_exited(self, f"could not create an interpreter: {exc!r}")
-                return
+                return "error", f"could not create an interpreter: {exc!r}"
             self.interp_id = interp_id
+            _compat.queue_put(self.handoff, pool.control_view)
             failure: _compat.ExecFailure | None
             try:
                 failure = _compat.run_string(interp_id, source)
@@ -94,11 +109,14 @@ class Worker:
                     _compat.destroy_interpreter(interp_id)
                 except Exception as exc:  # pragma: no cover - should not happen
                     print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)
-            if failure is not None and failure.type_name == "SystemExit" and _RETIRE_MARK in failure.message:
-                self.restarts += 1
+            if failure is None:
+                return "stop", None
+            reason = failure.message[len(_EXIT_MARK) :] if failure.message.startswith(_EXIT_MARK) else None
+            if failure.type_name != "SystemExit" or reason is None:
+                return "error", failure.traceback
+            if reason == wm.EXIT_RECYCLE:
                 if pool.worker_should_restart(self):
+                    self.restarts += 1
                     continue
-                pool.worker_exited(self, None)
-                return
-            pool.worker_exited(self, None if failure is None else failure.traceback)
-            return
+                return "idle", None
+            return ("idle" if reason == wm.EXIT_IDLE else "retired"), None

@@ -2,29 +2,42 @@
 
 A worker thread enters its interpreter once and calls :func:`serve`, which loops
 there for the interpreter's whole life: it blocks on the task channel's pipe when
-idle, runs each task, and puts the outcome on the result channel.  No
-interpreter entry, and no sleeping, per task.
+idle, runs each task, and puts the outcome on the result channel.  No interpreter
+entry, and no sleeping, per task.
+
+Beside the loop runs a watchdog thread in the same interpreter.  It blocks on the
+worker's command channel (and, while a task with a deadline runs, until that
+deadline).  To stop a running task it raises an exception in the loop's thread
+with ``PyThreadState_SetAsyncExc``, which acts on the threads of the calling
+interpreter only; so the watchdog must live in the worker's own interpreter.
 
 Message shapes (all natively shareable tuples; see :mod:`interpexec._transport`):
 
-  task    (tid, CALL,  fn_blob, encoded (args, kwargs_items))
-          (tid, CHUNK, fn_blob, encoded tuple of args tuples)
-          (0,   STOP)
-  result  (tid, OK,  encoded value)         value of a CHUNK is a tuple of results
-          (tid, ERR, packed exception)
-          (-1,  EVENT, worker index, event, data)
+  task     (tid, CALL,  fn_blob, encoded (args, kwargs_items), timeout or None)
+           (tid, CHUNK, fn_blob, encoded tuple of args tuples,   timeout or None)
+           (0,   STOP)
+  result   (tid, OK, encoded value)          a CHUNK's value is a tuple of results
+           (tid, ERR, packed exception)
+           (tid, TIMEOUT, seconds)           from the watchdog, at the deadline
+           (tid, STOPPED, None)              the task was interrupted or skipped
+           (-1,  EVENT, worker index, event, data)
+  command  (INTERRUPT, tid) | (CMD_STOP,)    main -> watchdog
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
+import select
 import sys
+import threading
+import time
 from typing import Any, Callable
 
 from . import _compat
 from ._errors import pack_exception
-from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS, SKIP_WAKEUPS, Channel, ControlLayout, decode, encode
+from ._transport import COLLECTOR_ASLEEP, COLLECTOR_NEEDED, COLLECTOR_READ, NSLOTS, SKIP_WAKEUPS, Channel, ControlLayout, decode, encode
 
 # task kinds
 CALL = 0
@@ -34,12 +47,30 @@ STOP = 2
 OK = 0
 ERR = 1
 EVENT = 2
+TIMEOUT = 3
+STOPPED = 4
 # events
 EV_STARTED = 0  # data: interpreter id
 EV_INIT_FAILED = 1  # data: packed exception
-EV_RETIRING = 2  # data: tasks run
+EV_STUCK = 2  # data: tid that did not return to Python within the grace period
+# commands
+INTERRUPT = 0
+CMD_STOP = 1
+# why serve() returned (besides STOP): the worker thread acts on it
+EXIT_RECYCLE = "recycle"  # max_tasks_per_child reached: start a fresh interpreter
+EXIT_IDLE = "idle"  # idle longer than idle_timeout: release the interpreter
+EXIT_RETIRED = "retired"  # was stuck; a replacement already runs
 
 _FN_CACHE_MAX = 1024
+SPIN = int(os.environ.get("INTERPEXEC_SPIN", "64"))
+_CANCELLED_MAX = 4096
+
+
+class Interrupted(BaseException):
+    """Raised inside a running task to stop it (deadline passed or interrupt()).
+
+    A BaseException, so ``except Exception`` in user code does not swallow it;
+    ``finally`` blocks and context managers run as usual."""
 
 
 class _MainFixup:
@@ -76,22 +107,136 @@ class _MainFixup:
         sys.modules["__main__"] = sys.modules["__mp_main__"] = module
 
 
+class _TaskState:
+    """What the loop and the watchdog share, guarded by ``lock``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tid = 0  # task running now, 0 for none
+        self.deadline = 0.0  # monotonic deadline of that task, 0.0 for none
+        self.timeout: float | None = None
+        self.fired = False  # an Interrupted was raised (or is pending) in the loop
+        self.fired_at = 0.0
+        self.stuck_reported = False
+        self.retired = False
+        self.cancelled: collections.deque[int] = collections.deque(maxlen=_CANCELLED_MAX)
+        self.thread_id = threading.get_ident()
+
+
+def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+
+
+class _Watchdog:
+    """Enforces deadlines and interrupt requests for one worker's running task."""
+
+    def __init__(self, state: _TaskState, commands: Channel, results: Channel, index: int, grace: float) -> None:
+        self.state = state
+        self.commands = commands
+        self.results = results
+        self.index = index
+        self.grace = grace
+        self.thread = threading.Thread(target=self._run, name=f"interpexec-watchdog-{index}")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def poke(self) -> None:
+        """Make the watchdog re-read the task state (a task with a deadline started)."""
+        self.commands.put((INTERRUPT, 0))
+
+    def stop(self) -> None:
+        self.commands.put((CMD_STOP,))
+        self.thread.join()
+
+    def _fire(self, now: float) -> None:
+        st = self.state
+        st.fired = True
+        st.fired_at = now
+        _set_async_exc(st.thread_id, Interrupted)
+
+    def _run(self) -> None:
+        st, commands, rfd = self.state, self.commands, self.commands.rfd
+        while True:
+            with st.lock:
+                now = time.monotonic()
+                if st.tid and not st.fired and st.deadline:
+                    wait: float | None = max(0.0, st.deadline - now)
+                elif st.tid and st.fired and not st.stuck_reported:
+                    wait = max(0.0, st.fired_at + self.grace - now)
+                else:
+                    wait = None
+            if select.select([rfd], [], [], wait)[0]:
+                os.read(rfd, 4096)
+            for cmd in commands.drain():
+                if cmd[0] == CMD_STOP:
+                    return
+                target = cmd[1]
+                if target:
+                    with st.lock:
+                        if st.tid == target:
+                            if not st.fired:
+                                self._fire(time.monotonic())
+                        else:
+                            st.cancelled.append(target)
+            with st.lock:
+                now = time.monotonic()
+                if st.tid and not st.fired and st.deadline and now >= st.deadline:
+                    self._fire(now)
+                    # Fail the future now, even if the task is stuck in C code.
+                    self.results.put((st.tid, TIMEOUT, st.timeout))
+                elif st.tid and st.fired and not st.stuck_reported and now >= st.fired_at + self.grace:
+                    st.stuck_reported = True
+                    st.retired = True
+                    self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
+
+
 def serve(
     control: memoryview,
-    workers: int,
+    slots: int,
     tasks_spec: tuple[int, int, int],
     results_spec: tuple[int, int, int],
+    commands_spec: tuple[int, int, int],
     index: int,
     max_tasks: int,
+    idle_timeout: float | None,
+    grace: float,
     init_blob: bytes | None,
     main_path: str | None,
     main_name: str | None,
-) -> bool:
-    """Run tasks until STOP (returns False) or until ``max_tasks`` have run
-    (returns True: the caller replaces this interpreter with a fresh one)."""
+) -> str | None:
+    """Run tasks until STOP (returns None) or until the worker must go (returns
+    one of the EXIT_* reasons)."""
+    # The watchdog needs this interpreter's GIL to stop a task that holds it; by
+    # default it would wait 5 ms per hand-over.  Nothing else competes for it.
+    sys.setswitchinterval(0.0005)
     tasks = Channel.from_spec(tasks_spec)
     results = Channel.from_spec(results_spec)
-    fixup = _MainFixup(main_path, main_name)
+    state = _TaskState()
+    watchdog = _Watchdog(state, Channel.from_spec(commands_spec), results, index, grace)
+    watchdog.start()
+    try:
+        return _serve(control, slots, tasks, results, state, watchdog, index, max_tasks, idle_timeout, init_blob,
+                      _MainFixup(main_path, main_name))
+    finally:
+        watchdog.stop()
+
+
+def _serve(
+    control: memoryview,
+    slots: int,
+    tasks: Channel,
+    results: Channel,
+    state: _TaskState,
+    watchdog: _Watchdog,
+    index: int,
+    max_tasks: int,
+    idle_timeout: float | None,
+    init_blob: bytes | None,
+    fixup: _MainFixup,
+) -> str | None:
     fn_cache: dict[bytes, Callable[..., Any]] = {}
 
     def load(blob: bytes) -> Any:
@@ -128,14 +273,51 @@ def serve(
             initializer(*initargs)
         except BaseException as exc:
             results.put((-1, EVENT, index, EV_INIT_FAILED, pack_exception(exc)))
-            return False
+            return None
 
-    layout = ControlLayout(workers)
+    def run(msg: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Run one task.  An Interrupted may surface anywhere from the moment
+        ``state.tid`` is set until it is cleared; the caller catches that."""
+        tid, kind, timeout = msg[0], msg[1], msg[4]
+        lock = state.lock
+        with lock:
+            if tid in state.cancelled:
+                return (tid, STOPPED, None)
+            state.tid = tid
+            state.fired = False
+            state.stuck_reported = False
+            if timeout is not None:
+                state.deadline = time.monotonic() + timeout
+                state.timeout = timeout
+        if timeout is not None:
+            watchdog.poke()
+        try:
+            fn = load_fn(msg[2])
+            if kind == CALL:
+                args, kwargs = load_payload(msg[3])
+                value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
+            else:
+                value = tuple([fn(*args) for args in load_payload(msg[3])])
+            out: tuple[Any, ...] = (tid, OK, encode(value, share_buffers=False))
+        except Interrupted:
+            out = (tid, STOPPED, None)
+        except BaseException as exc:
+            out = (tid, ERR, pack_exception(exc))
+        finally:
+            with lock:
+                state.tid = 0
+                state.deadline = 0.0
+                fired = state.fired
+            if fired:
+                _set_async_exc(state.thread_id, None)  # cancel one still pending
+        return out
+
+    layout = ControlLayout(slots)
     ctl = control.cast("q")
     asleep = layout.asleep + index
     task_read = layout.task_read + index
     written = layout.result_written + index
-    written_lo, written_hi = layout.result_written, layout.result_written + workers
+    written_lo, written_hi = layout.result_written, layout.result_written + layout.slots
     waiters = layout.waiters
     empty = object()
     get = tasks.get_nowait
@@ -144,35 +326,46 @@ def serve(
     result_qid = results.qid
     result_wfd = results.wfd
     write = os.write
+    count = _compat.queue_count
+    task_qid = tasks.qid
+    yield_cpu = os.sched_yield
+    spin = SPIN
     done = 0
     while True:
         msg = get(empty)
+        if msg is empty and spin:
+            # Linger briefly before sleeping: waking a sleeping thread costs the
+            # waker more than a whole no-op task, so in a burst of submits a worker
+            # that sleeps after every task halves the pool's throughput.  Bounded,
+            # yields the CPU at every step, then blocks on the pipe as usual.
+            for _ in range(spin):
+                if count(task_qid):
+                    msg = get(empty)
+                    break
+                yield_cpu()
         if msg is empty:
             # Publish "asleep", look once more, then block on the pipe.
             ctl[asleep] = 1
             msg = get(empty)
             if msg is empty:
+                if idle_timeout is not None and not select.select([task_rfd], [], [], idle_timeout)[0]:
+                    ctl[asleep] = 0
+                    return EXIT_IDLE
                 os.read(task_rfd, 1)
                 ctl[task_read] += 1
                 ctl[asleep] = 0
                 continue
             ctl[asleep] = 0
-        kind = msg[1]
-        if kind == STOP:
-            return False
+        if msg[1] == STOP:
+            return None
         tid = msg[0]
         try:
-            fn = load_fn(msg[2])
-            if kind == CALL:
-                args, kwargs = load_payload(msg[3])
-                value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
-            else:
-                value = tuple([fn(*args) for args in load_payload(msg[3])])
-            out = (tid, OK, encode(value, share_buffers=False))
-        except BaseException as exc:
-            out = (tid, ERR, pack_exception(exc))
-        # Drop our references before the next blocking wait.
-        value = fn = None
+            out = run(msg)
+        except Interrupted:  # landed just outside the task's own try
+            with state.lock:
+                state.tid = 0
+                state.deadline = 0.0
+            out = (tid, STOPPED, None)
         put(result_qid, out)
         out = None
         # Wake the thread waiting for this very result if there is one (it collects
@@ -186,14 +379,19 @@ def serve(
                 pass
         if not waiter and (
             not SKIP_WAKEUPS
-            or (ctl[COLLECTOR_ASLEEP] and sum(ctl[written_lo:written_hi]) <= ctl[COLLECTOR_READ])
+            or (
+                ctl[COLLECTOR_NEEDED]
+                and ctl[COLLECTOR_ASLEEP]
+                and sum(ctl[written_lo:written_hi]) <= ctl[COLLECTOR_READ]
+            )
         ):
             ctl[written] += 1
             try:
                 write(result_wfd, b"\0")
             except BlockingIOError:
                 ctl[written] -= 1  # the pipe is full: the collector is being woken
+        if state.retired:
+            return EXIT_RETIRED
         done += 1
         if max_tasks and done >= max_tasks:
-            results.put((-1, EVENT, index, EV_RETIRING, done))
-            return True
+            return EXIT_RECYCLE

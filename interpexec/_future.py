@@ -1,0 +1,124 @@
+"""The Future type the pool returns, and the pipes its waiters block on."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, _base
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from ._pool import Pool
+
+T = TypeVar("T")
+
+WAITABLE = (_base.PENDING, _base.RUNNING)
+FINAL = (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED, _base.CANCELLED)
+
+
+class PoolFuture(Future[T]):
+    """A standard :class:`concurrent.futures.Future`.
+
+    Its ``result()`` and ``exception()`` let the waiting thread receive its result
+    straight from the worker (two thread wake-ups per round trip instead of three
+    through the collector thread); everything else is inherited unchanged.
+    """
+
+    __slots__ = ("_ie_pool", "_ie_tid")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ie_pool: Pool | None = None
+        self._ie_tid = 0
+
+    def bind(self, pool: Pool, tid: int) -> None:
+        """Attach to the pool that runs it (before anyone else sees the future)."""
+        self._ie_pool = pool
+        self._ie_tid = tid
+        self._waiters = _WaiterList(pool, tid)
+
+    def done(self) -> bool:
+        if self._ie_pool is not None and self._state in WAITABLE:
+            self._ie_pool.collect()
+        return super().done()
+
+    def add_done_callback(self, fn: Any) -> None:
+        if self._ie_pool is not None and self._state in WAITABLE:
+            self._ie_pool.watch_tid(self._ie_tid)
+        super().add_done_callback(fn)
+
+    def result(self, timeout: float | None = None) -> T:
+        if self._ie_pool is not None and self._state in WAITABLE:
+            self._ie_pool.wait_for(self, timeout)
+            if self._state in FINAL:
+                timeout = 0
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._ie_pool is not None and self._state in WAITABLE:
+            self._ie_pool.wait_for(self, timeout)
+            if self._state in FINAL:
+                timeout = 0
+        return super().exception(timeout)
+
+    def force_cancel(self) -> bool:
+        """Cancel even a running future (its task is being stopped).  False if it
+        had already finished."""
+        with self._condition:
+            if self._state == _base.FINISHED:
+                return False
+            if self._state in (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED):
+                return True
+            self._state = _base.CANCELLED_AND_NOTIFIED
+            for waiter in self._waiters:
+                waiter.add_cancelled(self)
+            self._condition.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
+
+
+class _WaiterList(list[Any]):
+    """``Future._waiters``: ``concurrent.futures.wait()`` and ``as_completed()``
+    append to it; the pool then delivers this future's result promptly.  (It
+    holds the task id, not the future, to stay out of a reference cycle.)"""
+
+    __slots__ = ("_pool", "_tid")
+
+    def __init__(self, pool: Pool, tid: int) -> None:
+        super().__init__()
+        self._pool = pool
+        self._tid = tid
+
+    def append(self, waiter: Any) -> None:
+        self._pool.watch_tid(self._tid)
+        super().append(waiter)
+
+
+# Wake-up pipes for threads blocked in Future.result(): borrowed for one wait and
+# returned, never closed (a worker may still write a late byte to one; a stray
+# byte only costs one extra check).
+_PIPES: list[tuple[int, int]] = []
+_PIPES_LOCK = threading.Lock()
+
+
+def borrow_pipe() -> tuple[int, int]:
+    with _PIPES_LOCK:
+        if _PIPES:
+            return _PIPES.pop()
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    return r, w
+
+
+def return_pipe(pipe: tuple[int, int]) -> None:
+    with _PIPES_LOCK:
+        _PIPES.append(pipe)
+
+
+def _forget_pipes_after_fork() -> None:
+    global _PIPES_LOCK
+    _PIPES_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pipes_after_fork)
+

@@ -1,0 +1,614 @@
+"""The pool state behind an executor: dispatch, result collection, workers.
+
+Data flow (one pool, N workers)::
+
+  caller threads                      main interpreter                worker interpreters
+  --------------                      ----------------                -------------------
+  submit(fn, *args) --encode--> pending deque --dispatch--> task Channel -------> serve() loop,
+      |                          (cancellable)  (window of   (_interpqueues         one per worker,
+      v                                          2N tasks)    + wake-up pipe)       each on its own
+  PoolFuture <--set_result-- collect() <------------------- result Channel <---- thread and GIL
+                             runs in the collector thread,  (_interpqueues + pipe)     ^
+                             or in the caller blocked in                               | interrupt /
+                             Future.result(), or in a        command Channel --> watchdog thread
+                             worker thread before it          (one per worker)    (same interpreter)
+                             destroys its interpreter
+
+* ``submit`` encodes the call in the caller's thread (an unpicklable argument fails
+  only that future), appends it to ``pending`` and dispatches while fewer than
+  ``window`` tasks are in flight.  Dispatched futures are marked running: as with
+  ProcessPoolExecutor, only work not yet handed to the workers can be cancelled.
+* Every worker pulls from the same task channel, so load balances itself.
+* Results come back on one channel; ``collect`` turns them into Future results and
+  refills the window.
+* A control block (see :mod:`interpexec._transport`) in shared memory tells each
+  side whether the other sleeps, so wake-up bytes are written only when needed,
+  and lets a worker wake the very thread blocked on its result.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import pickle
+import select
+import sys
+import threading
+import time
+import weakref
+from concurrent.futures import _base
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable
+
+from . import _worker_main as wm
+from ._compat import queue_count, queue_put
+from ._errors import unpack_exception
+from ._future import FINAL, WAITABLE, PoolFuture, borrow_pipe, return_pipe
+from ._transport import (
+    COLLECTOR_ASLEEP,
+    COLLECTOR_NEEDED,
+    COLLECTOR_READ,
+    NSLOTS,
+    SKIP_WAKEUPS,
+    Channel,
+    ControlLayout,
+    decode,
+    wake_fd,
+)
+from ._worker import Worker
+
+try:  # 3.14+
+    from concurrent.futures.interpreter import BrokenInterpreterPool as _StdBroken
+
+    _broken_bases: tuple[type, ...] = (BrokenProcessPool, _StdBroken)
+except ImportError:  # 3.13
+    _broken_bases = (BrokenProcessPool,)
+
+
+class BrokenInterpreterPool(*_broken_bases):  # type: ignore[misc]
+    """The pool can no longer run work: a worker's initializer failed, a worker
+    loop died, or the workers were terminated.  Subclasses
+    ``concurrent.futures.process.BrokenProcessPool`` and, on 3.14+,
+    ``concurrent.futures.interpreter.BrokenInterpreterPool``."""
+
+
+class WorkItem:
+    __slots__ = ("future", "msg", "waiter_fd", "waiter_thread", "watched")
+
+    def __init__(self, future: PoolFuture[Any], msg: tuple[Any, ...]) -> None:
+        self.future = future
+        self.msg = msg
+        self.waiter_fd = 0  # write end (+1) of the pipe of a thread blocked in result()
+        self.waiter_thread = 0
+        self.watched = False  # has callbacks or wait() waiters: deliver promptly
+
+
+_pool_counter = itertools.count()
+
+
+def _main_info() -> tuple[str | None, str | None]:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None) if spec is not None else None
+    path = getattr(main, "__file__", None)
+    if path is not None:
+        path = os.path.abspath(path)
+    return path, name
+
+
+class Pool:
+    """Everything the worker threads and the collector share.  The public executor
+    holds it; nothing here holds the executor (so it can be garbage collected)."""
+
+    def __init__(
+        self,
+        max_workers: int,
+        initializer: Callable[..., object] | None,
+        initargs: tuple[Any, ...],
+        max_tasks_per_child: int | None,
+        thread_name_prefix: str,
+        idle_timeout: float | None,
+        interrupt_grace: float,
+    ) -> None:
+        self.max_workers = max_workers
+        self.max_tasks_per_child = max_tasks_per_child
+        self.thread_name_prefix = thread_name_prefix or f"InterpreterPoolExecutor-{next(_pool_counter)}"
+        self.idle_timeout = idle_timeout
+        self.interrupt_grace = interrupt_grace
+        self.init_blob: bytes | None = (
+            None if initializer is None else pickle.dumps((initializer, tuple(initargs)), protocol=5)
+        )
+        self.sys_path = list(sys.path)
+        self.main_path, self.main_name = _main_info()
+        try:
+            os.chdir(os.getcwd())  # fail early, here, if the cwd is gone
+        except OSError:
+            pass
+        self.tasks = Channel()
+        self.results = Channel()
+        self.window = min(max(2 * max_workers, 8), NSLOTS)
+        self.layout = ControlLayout(2 * max_workers + 4)
+        self.waiters = self.layout.waiters
+        self.control = bytearray(8 * self.layout.size)
+        self.control_view = memoryview(self.control)
+        self.ctl = self.control_view.cast("q")
+        self.asleep_lo, self.asleep_hi = 8 * self.layout.asleep, 8 * self.layout.task_read
+        self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
+        self.task_written = 0
+
+        self.lock = threading.Lock()
+        self.ready = threading.Condition(self.lock)
+        self.pending: collections.deque[tuple[int, WorkItem]] = collections.deque()
+        self.inflight: dict[int, WorkItem] = {}
+        self.watched = 0  # in-flight items with watched set
+        self.tid = itertools.count(1)
+        self.workers: dict[int, Worker] = {}  # by slot; includes retired ones still running
+        self.free_slots = list(range(self.layout.slots - 1, -1, -1))
+        self.active = 0  # workers that take tasks
+        self.ready_slots: set[int] = set()
+        self.started = False
+        self.shutdown_flag = False
+        self.stops_sent = 0
+        self.broken: str | None = None
+        self.broken_cause: BaseException | None = None
+        self.completed = 0
+        self.collect_lock = threading.Lock()
+        self.collector: threading.Thread | None = None
+        self.closed = False
+        self.forked = False
+
+    # ----------------------------------------------------------------- start
+    def start_locked(self) -> None:
+        if not self.started:
+            self.started = True
+            self.collector = threading.Thread(
+                target=self._collector_loop, name=f"{self.thread_name_prefix}_collector", daemon=True
+            )
+            self.collector.start()
+        while self.active < self.max_workers and self.free_slots and self.broken is None:
+            slot = self.free_slots.pop()
+            w = Worker(self, slot, f"{self.thread_name_prefix}_{slot}")
+            self.workers[slot] = w
+            self.active += 1
+            w.start()
+
+    def prestart(self, wait: bool) -> None:
+        with self.lock:
+            self.check_usable_locked()
+            self.start_locked()
+            if wait:
+                while self.broken is None and not self._all_ready_locked():
+                    self.ready.wait()
+                if self.broken is not None:
+                    raise self.broken_error()
+
+    def _all_ready_locked(self) -> bool:
+        return all(slot in self.ready_slots for slot, w in self.workers.items() if not w.retired)
+
+    def check_usable_locked(self) -> None:
+        if self.broken is not None:
+            raise self.broken_error()
+        if self.shutdown_flag:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def broken_error(self) -> BrokenInterpreterPool:
+        exc = BrokenInterpreterPool(self.broken)
+        exc.__cause__ = self.broken_cause
+        return exc
+
+    # -------------------------------------------------------------- dispatch
+    def enqueue_locked(self, fut: PoolFuture[Any], msg: tuple[Any, ...]) -> None:
+        if self.active < self.max_workers or not self.started:
+            self.start_locked()
+        tid = next(self.tid)
+        fut.bind(self, tid)
+        self.pending.append((tid, WorkItem(fut, (tid, *msg))))
+        self.dispatch_locked()
+
+    def dispatch_locked(self) -> None:
+        """Move pending work into the task channel while the window allows."""
+        pending, inflight = self.pending, self.inflight
+        while pending and len(inflight) < self.window:
+            tid, item = pending.popleft()
+            if not item.future.set_running_or_notify_cancel():
+                continue
+            if item.watched:
+                self.watched += 1
+            inflight[tid] = item
+            try:
+                queue_put(self.tasks.qid, item.msg)
+            except BaseException as exc:  # e.g. an object the queue refused
+                del inflight[tid]
+                item.future.set_exception(exc)
+                continue
+            self._wake_a_worker()
+        if self.shutdown_flag and not pending and self.stops_sent < self.active:
+            for _ in range(self.active - self.stops_sent):
+                queue_put(self.tasks.qid, (0, wm.STOP))
+                self.stops_sent += 1
+                self._wake_a_worker(force=True)
+        self.update_needed_locked()
+
+    def update_needed_locked(self) -> None:
+        """Keep the control block's COLLECTOR_NEEDED flag true to the pool state."""
+        needed = 1 if (self.watched or self.pending or self.shutdown_flag) else 0
+        if self.ctl[COLLECTOR_NEEDED] != needed:
+            self.ctl[COLLECTOR_NEEDED] = needed
+            # Publish, then look: a worker that put a result before seeing the flag
+            # did not wake the collector.
+            if needed and not self.closed and queue_count(self.results.qid):
+                self.results.notify()
+
+    def watch_tid(self, tid: int) -> None:
+        """Task ``tid`` got a done-callback or a wait() waiter: deliver it promptly."""
+        with self.lock:
+            item = self.inflight.get(tid)
+            if item is not None:
+                if not item.watched:
+                    item.watched = True
+                    self.watched += 1
+                    self.update_needed_locked()
+                return
+            for queued_tid, queued in self.pending:  # rare: the window is full
+                if queued_tid == tid:
+                    queued.watched = True
+
+    def window_full(self) -> bool:
+        return len(self.inflight) >= self.window
+    def _wake_a_worker(self, force: bool = False) -> None:
+        """Write a task wake-up byte if a worker sleeps and none is pending."""
+        if (
+            SKIP_WAKEUPS
+            and not force
+            and (
+                self.control.find(1, self.asleep_lo, self.asleep_hi) < 0
+                or self.task_written > sum(self.ctl[self.task_read_lo : self.task_read_hi])
+            )
+        ):
+            return
+        self.task_written += 1
+        try:
+            os.write(self.tasks.wfd, b"\0")
+        except BlockingIOError:
+            self.task_written -= 1  # full: the workers are being woken anyway
+
+    # --------------------------------------------------------------- collect
+    def collect(self) -> bool:
+        """Turn every result now queued into Future results.  Never blocks on I/O.
+
+        Messages are taken off the queue under ``collect_lock`` (so a worker thread
+        can be sure its interpreter's results are out before destroying it) and
+        handled after releasing it, so callbacks run without our locks held.
+        """
+        with self.collect_lock:
+            msgs = self.results.drain()
+        for msg in msgs:
+            self._handle(msg)
+        return bool(msgs)
+
+    def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> None:
+        """Block until ``fut`` is done (or ``timeout``), collecting results in this
+        thread: the worker that finishes ``fut`` writes straight to our pipe."""
+        tid = fut._ie_tid
+        with self.lock:
+            item = self.inflight.get(tid)
+            if item is None or item.waiter_fd:
+                return  # not dispatched yet, or another thread waits already: the
+                # standard Condition wait serves it
+            pipe = borrow_pipe()
+            rfd, wfd = pipe
+            item.waiter_thread = threading.get_ident()
+            item.waiter_fd = wfd + 1
+        slot = self.waiters + tid % NSLOTS
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self.ctl[slot] = wfd + 1
+            while True:
+                self.collect()
+                if fut._state not in WAITABLE:
+                    return
+                if deadline is None:
+                    os.read(rfd, 64)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    if select.select([rfd], [], [], left)[0]:
+                        os.read(rfd, 64)
+        finally:
+            if self.ctl[slot] == wfd + 1:
+                self.ctl[slot] = 0
+            item.waiter_fd = 0
+            # A worker that saw our slot woke only us: take what it left.
+            self.collect()
+            return_pipe(pipe)
+
+    def _handle(self, msg: tuple[Any, ...]) -> None:
+        tid, kind = msg[0], msg[1]
+        if kind == wm.EVENT:
+            self._event(msg[2], msg[3], msg[4])
+            return
+        with self.lock:
+            item = self.inflight.pop(tid, None)
+            if item is not None:
+                self.completed += 1
+                if item.watched:
+                    self.watched -= 1
+                    if not self.watched:
+                        self.update_needed_locked()
+            if self.pending or self.shutdown_flag:
+                self.dispatch_locked()
+        if item is None:
+            return  # cancelled, timed out or interrupted earlier: a late report
+        fut = item.future
+        if kind == wm.OK:
+            try:
+                value = decode(msg[2])
+            except BaseException as exc:
+                _set_exception(fut, exc)
+            else:
+                if fut._state == _base.RUNNING:
+                    try:
+                        fut.set_result(value)
+                    except _base.InvalidStateError:
+                        pass
+        elif kind == wm.ERR:
+            _set_exception(fut, unpack_exception(msg[2]))
+        elif kind == wm.TIMEOUT:
+            _set_exception(fut, TimeoutError(f"the task ran longer than its timeout of {msg[2]} s and was stopped"))
+        else:  # STOPPED: interrupted (or skipped) at our request
+            fut.force_cancel()
+        if item.waiter_fd and item.waiter_thread != threading.get_ident():
+            wake_fd(item.waiter_fd - 1)
+
+    def _event(self, slot: int, event: int, data: Any) -> None:
+        if event == wm.EV_STARTED:
+            with self.lock:
+                self.ready_slots.add(slot)
+                self.ready.notify_all()
+        elif event == wm.EV_INIT_FAILED:
+            self.set_broken("A worker initializer failed, the pool is not usable anymore", unpack_exception(data))
+        elif event == wm.EV_STUCK:
+            self._retire(slot, data)
+
+    def _retire(self, slot: int, tid: int) -> None:
+        """A task did not return to Python in time after being stopped: give up on
+        that worker (its thread ends when the call returns) and start another."""
+        with self.lock:
+            worker = self.workers.get(slot)
+            if worker is None or worker.retired:
+                return
+            worker.retired = True
+            self.active -= 1
+            self.ready_slots.discard(slot)
+            if self.broken is None:
+                self.start_locked()
+                self.dispatch_locked()
+
+    def _collector_loop(self) -> None:
+        rfd, ctl = self.results.rfd, self.ctl
+        while True:
+            if not self.collect():
+                # Publish "asleep", look once more, then block on the pipe.
+                ctl[COLLECTOR_ASLEEP] = 1
+                if not self.collect():
+                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+                ctl[COLLECTOR_ASLEEP] = 0
+            with self.lock:
+                if not self.workers and (self.shutdown_flag or self.broken):
+                    break
+        self.collect()
+        self._close_channels()
+
+    def _close_channels(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        self.tasks.close()
+        self.results.close()
+
+    # ------------------------------------------------------------ interrupts
+    def interrupt(self, fut: PoolFuture[Any]) -> bool:
+        """Stop the task behind ``fut`` whether pending or running."""
+        if fut._state in FINAL:
+            return False
+        if fut.cancel():
+            return True
+        tid = fut._ie_tid
+        with self.lock:
+            item = self.inflight.get(tid)
+            workers = [w for w in self.workers.values() if not w.retired]
+        if item is None:
+            return False
+        for w in workers:
+            w.commands.put((wm.INTERRUPT, tid))
+        return fut.force_cancel()
+
+    def interrupt_running(self) -> None:
+        with self.lock:
+            futures = [item.future for item in self.inflight.values()]
+        for fut in futures:
+            self.interrupt(fut)
+
+    # --------------------------------------------------------- worker events
+    def worker_should_restart(self, worker: Worker) -> bool:
+        with self.lock:
+            return self.broken is None and not worker.retired
+
+    def worker_exited(self, worker: Worker, how: str, error: str | None) -> None:
+        if error is not None:
+            self.set_broken(
+                f"A worker interpreter stopped unexpectedly, the pool is not usable anymore:\n{error}", None
+            )
+        with self.lock:
+            del self.workers[worker.slot]
+            self.free_slots.append(worker.slot)
+            self.ready_slots.discard(worker.slot)
+            if not worker.retired:
+                self.active -= 1
+                if how == "stop":
+                    self.stops_sent -= 1
+            if how == "idle" and (self.inflight or self.pending) and self.broken is None:
+                self.start_locked()  # work arrived as it left
+            self.ready.notify_all()
+        self.results.notify()  # let the collector notice
+
+    def set_broken(self, message: str, cause: BaseException | None) -> None:
+        with self.lock:
+            if self.broken is not None:
+                return
+            self.broken = message
+            self.broken_cause = cause
+            doomed = [item for _, item in self.pending] + list(self.inflight.values())
+            self.pending.clear()
+            self.inflight.clear()
+            self.watched = 0
+            self.shutdown_flag = True
+            self.dispatch_locked()  # sends STOP to the workers still alive
+            self.ready.notify_all()
+        for item in doomed:
+            _set_exception(item.future, self.broken_error())
+            if item.waiter_fd:
+                wake_fd(item.waiter_fd - 1)
+
+    # -------------------------------------------------------------- shutdown
+    def shutdown(self, wait: bool, cancel_futures: bool, interrupt_running: bool = False) -> None:
+        cancelled: list[PoolFuture[Any]] = []
+        with self.lock:
+            self.shutdown_flag = True
+            if cancel_futures:
+                cancelled = [item.future for _, item in self.pending]
+                self.pending.clear()
+            if self.started and not self.forked:
+                self.dispatch_locked()
+            started = self.started and not self.forked
+        for fut in cancelled:
+            fut.cancel()
+        if interrupt_running:
+            self.interrupt_running()
+        if not started:
+            if not self.forked:
+                self._close_channels()
+            return
+        self.results.notify()
+        if wait:
+            self.join()
+
+    def join(self) -> None:
+        me = threading.current_thread()
+        while True:
+            with self.lock:
+                threads = [w.thread for w in self.workers.values() if not w.retired and w.thread is not me]
+            if not threads:
+                break
+            for t in threads:
+                t.join()
+        if self.collector is not None and self.collector is not me and not any(
+            w.thread is me for w in list(self.workers.values())
+        ):
+            self.collector.join()
+
+    def terminate(self) -> None:
+        """Cancel pending work, fail queued work, stop running tasks, stop workers."""
+        with self.lock:
+            self.shutdown_flag = True
+            pending = [item.future for _, item in self.pending]
+            self.pending.clear()
+        for fut in pending:
+            fut.cancel()
+        # Take back what no worker has started yet.
+        queued: list[tuple[Any, ...]] = []
+        with self.lock:
+            if self.started and not self.closed:
+                queued = self.tasks.drain()
+            items = [self.inflight.pop(msg[0], None) for msg in queued if msg[1] != wm.STOP]
+            self.watched -= sum(1 for item in items if item is not None and item.watched)
+            self.stops_sent -= sum(1 for msg in queued if msg[1] == wm.STOP)
+        for item in items:
+            if item is not None:
+                item.future.force_cancel()
+                if item.waiter_fd:
+                    wake_fd(item.waiter_fd - 1)
+        self.interrupt_running()
+        with self.lock:
+            if self.started and not self.forked:
+                self.dispatch_locked()
+        if self.started and not self.forked:
+            self.results.notify()
+            self.join()
+
+    # ----------------------------------------------------------------- stats
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            workers = [
+                {
+                    "slot": w.slot,
+                    "thread": w.name,
+                    "interpreter_id": w.interp_id,
+                    "restarts": w.restarts,
+                    "retired": w.retired,
+                }
+                for w in sorted(self.workers.values(), key=lambda w: w.slot)
+            ]
+            return {
+                "max_workers": self.max_workers,
+                "workers": workers,
+                "pending": len(self.pending),
+                "in_flight": len(self.inflight),
+                "completed": self.completed,
+            }
+
+
+def _set_exception(fut: PoolFuture[Any], exc: BaseException) -> None:
+    if fut._state == _base.RUNNING:
+        try:
+            fut.set_exception(exc)
+        except _base.InvalidStateError:
+            pass
+
+
+# ---------------------------------------------------------------- process-wide
+LIVE_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
+_exiting = False
+
+
+def exiting() -> bool:
+    return _exiting
+
+
+def _python_exit() -> None:
+    """At interpreter exit, before threads are joined: stop every pool.  Pending
+    work is cancelled (as ThreadPoolExecutor drops it at exit); running tasks
+    finish."""
+    global _exiting
+    _exiting = True
+    for pool in list(LIVE_POOLS):
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+
+
+def _after_fork_in_child() -> None:
+    """The child of a fork has none of the worker threads and none of the
+    subinterpreters (CPython deletes them): make every inherited pool refuse work
+    without touching what it shared with the parent."""
+    for pool in list(LIVE_POOLS):
+        pool.forked = True
+        pool.lock = threading.Lock()
+        pool.ready = threading.Condition(pool.lock)
+        pool.collect_lock = threading.Lock()
+        pool.workers.clear()
+        pool.pending.clear()
+        pool.inflight.clear()
+        pool.closed = True
+        pool.shutdown_flag = True
+        if pool.broken is None:
+            pool.broken = "this pool was created before os.fork() and cannot be used in the child; create a new one"
+    LIVE_POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
