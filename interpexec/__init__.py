@@ -34,12 +34,14 @@ __all__ = [
     "RemoteError",
     "RemoteTraceback",
     "__version__",
+    "get_reusable_executor",
 ]
 
 if TYPE_CHECKING:
     from ._errors import IncompatibleModuleError, RemoteError, RemoteTraceback
     from ._executor import InterpreterPoolExecutor
     from ._pool import BrokenInterpreterPool
+    from ._reusable import get_reusable_executor
 
 _LAZY = {
     "BrokenInterpreterPool": "._pool",
@@ -47,6 +49,7 @@ _LAZY = {
     "IncompatibleModuleError": "._errors",
     "RemoteError": "._errors",
     "RemoteTraceback": "._errors",
+    "get_reusable_executor": "._reusable",
 }
 
 

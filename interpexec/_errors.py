@@ -107,7 +107,9 @@ def _module_from_traceback(exc: BaseException) -> str | None:
     return str(name) if name else None
 
 
-Packed = tuple[bytes | None, str, str, str]
+Packed = tuple[Any, ...]  # (blob or None, type name, message, traceback text, packed cause or None)
+
+_MAX_CHAIN = 8
 
 
 def pack_exception(exc: BaseException) -> Packed:
@@ -115,7 +117,20 @@ def pack_exception(exc: BaseException) -> Packed:
     tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     incompatible = as_incompatible_module_error(exc)
     if incompatible is not None:
-        exc = incompatible
+        return _pack_one(incompatible, tb_text, None)
+    return _pack_one(exc, tb_text, _pack_chain(exc, 0))
+
+
+def _pack_chain(exc: BaseException, depth: int) -> Packed | None:
+    """The exception's cause (or context), packed with its own chain, so that
+    ``raise X from Y`` arrives with ``Y`` reachable."""
+    nxt = exc.__cause__ if exc.__cause__ is not None else (None if exc.__suppress_context__ else exc.__context__)
+    if nxt is None or depth >= _MAX_CHAIN:
+        return None
+    return _pack_one(nxt, "", _pack_chain(nxt, depth + 1))
+
+
+def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
     tp = type(exc)
     type_name = f"{tp.__module__}.{tp.__qualname__}" if tp.__module__ != "builtins" else tp.__qualname__
     try:
@@ -127,12 +142,30 @@ def pack_exception(exc: BaseException) -> Packed:
         pickle.loads(blob)  # it must also come back out on the other side
     except BaseException:
         blob = None
-    return (blob, type_name, message, tb_text)
+    return (blob, type_name, message, tb_text, chain)
 
 
 def unpack_exception(packed: Packed) -> BaseException:
-    """Rebuild a packed exception, with the remote traceback as its ``__cause__``."""
-    blob, type_name, message, tb_text = packed
+    """Rebuild a packed exception.  Its ``__cause__`` is a :class:`RemoteTraceback`
+    with the worker-side traceback (as ProcessPoolExecutor does); the original
+    cause, if any, hangs off that RemoteTraceback's own ``__cause__``."""
+    exc = _unpack_one(packed)
+    remote = RemoteTraceback('\n"""\n%s"""' % packed[3])
+    if packed[4] is not None:
+        remote.__cause__ = _unpack_chain(packed[4])
+    exc.__cause__ = remote
+    return exc
+
+
+def _unpack_chain(packed: Packed) -> BaseException:
+    exc = _unpack_one(packed)
+    if packed[4] is not None:
+        exc.__cause__ = _unpack_chain(packed[4])
+    return exc
+
+
+def _unpack_one(packed: Packed) -> BaseException:
+    blob, type_name, message, tb_text = packed[:4]
     exc: BaseException | None = None
     if blob is not None:
         try:
@@ -143,5 +176,4 @@ def unpack_exception(packed: Packed) -> BaseException:
             exc = None
     if exc is None:
         exc = RemoteError(type_name, message, tb_text)
-    exc.__cause__ = RemoteTraceback('\n"""\n%s"""' % tb_text)
     return exc

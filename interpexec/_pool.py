@@ -50,6 +50,7 @@ from ._transport import (
     COLLECTOR_NEEDED,
     COLLECTOR_READ,
     NSLOTS,
+    PARK,
     SKIP_WAKEUPS,
     Channel,
     ControlLayout,
@@ -157,6 +158,7 @@ class Pool:
         self.collector: threading.Thread | None = None
         self.closed = False
         self.forked = False
+        self.parking = False
 
     # ----------------------------------------------------------------- start
     def start_locked(self) -> None:
@@ -539,6 +541,52 @@ class Pool:
             self.results.notify()
             self.join()
 
+    # ------------------------------------------------------------ os.fork()
+    # CPython's child aborts in PyOS_AfterFork_Child when any subinterpreter
+    # exists at fork time (3.13-3.15, even an idle one).  Around a fork, every
+    # worker finishes its current task, destroys its interpreter, and builds a
+    # fresh one once the fork is done (so initializers run again).
+    def entering(self, worker: Worker) -> None:
+        with self.lock:
+            while self.parking:
+                self.ready.wait()
+            worker.in_interp = True
+
+    def left(self, worker: Worker) -> None:
+        with self.lock:
+            worker.in_interp = False
+            self.ready.notify_all()
+
+    def park(self, timeout: float) -> bool:
+        """Ask every worker to destroy its interpreter; True once none is left."""
+        with self.lock:
+            if self.forked or not self.started or self.closed:
+                return True
+            self.parking = True
+            self.ctl[PARK] = 1
+            inside = [w for w in self.workers.values() if w.in_interp]
+        for _ in inside:
+            try:
+                os.write(self.tasks.wfd, b"\0")  # wake the sleepers; they see PARK
+            except OSError:
+                break
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while any(w.in_interp for w in self.workers.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.ready.wait(left)
+        return True
+
+    def unpark(self) -> None:
+        with self.lock:
+            if not self.parking:
+                return
+            self.parking = False
+            self.ctl[PARK] = 0
+            self.ready.notify_all()
+
     # ----------------------------------------------------------------- stats
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -591,6 +639,25 @@ def _python_exit() -> None:
 threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
 
 
+#: How long os.fork() waits for running tasks to finish before forking anyway.
+FORK_PARK_TIMEOUT = 30.0
+
+
+def _before_fork() -> None:
+    for pool in list(LIVE_POOLS):
+        if not pool.park(FORK_PARK_TIMEOUT):
+            print(
+                "interpexec: os.fork() while tasks still run in subinterpreters after "
+                f"{FORK_PARK_TIMEOUT:.0f} s; the child may crash (a CPython limitation)",
+                file=sys.stderr,
+            )
+
+
+def _after_fork_in_parent() -> None:
+    for pool in list(LIVE_POOLS):
+        pool.unpark()
+
+
 def _after_fork_in_child() -> None:
     """The child of a fork has none of the worker threads and none of the
     subinterpreters (CPython deletes them): make every inherited pool refuse work
@@ -604,11 +671,12 @@ def _after_fork_in_child() -> None:
         pool.pending.clear()
         pool.inflight.clear()
         pool.closed = True
+        pool.parking = False
         pool.shutdown_flag = True
         if pool.broken is None:
             pool.broken = "this pool was created before os.fork() and cannot be used in the child; create a new one"
     LIVE_POOLS.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 

@@ -204,6 +204,8 @@ class Channel:
 #                                 in the queue until somebody looks (result(),
 #                                 done(), the next submit), saving the collector's
 #                                 wake-up and its fight for the main GIL.
+#   [PARK]                        1 while the pool asks every worker to leave its
+#                                 interpreter for a moment (around os.fork())
 #   [ASLEEP + i]                  1 while worker i blocks on the task pipe
 #   [TASK_READ + i]               task wake-up bytes worker i has read
 #   [RESULT_WRITTEN + i]          result wake-up bytes worker i has written
@@ -224,6 +226,7 @@ NSLOTS = 4096
 COLLECTOR_ASLEEP = 0
 COLLECTOR_READ = 1
 COLLECTOR_NEEDED = 2
+PARK = 3
 
 
 class ControlLayout:
@@ -234,7 +237,7 @@ class ControlLayout:
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.asleep = 3
+        self.asleep = 4
         self.task_read = self.asleep + slots
         self.result_written = self.task_read + slots
         self.waiters = self.result_written + slots

@@ -45,6 +45,7 @@ class Worker:
         self.interp_id: int | None = None
         self.restarts = 0
         self.retired = False  # stuck in a task; replaced; exits when it returns
+        self.in_interp = False  # owns an interpreter now (parking waits for False)
         self.commands = Channel()
         self.handoff = 0
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -90,33 +91,47 @@ class Worker:
         pool = self.pool
         source = self._source()
         while True:
+            # Around os.fork() no interpreter may exist at all (CPython's child
+            # crashes otherwise), so a parked worker destroys its interpreter and
+            # builds a fresh one afterwards.
+            pool.entering(self)
             try:
-                interp_id = _compat.create_interpreter()
-            except BaseException as exc:
-                return "error", f"could not create an interpreter: {exc!r}"
-            self.interp_id = interp_id
-            _compat.queue_put(self.handoff, pool.control_view)
-            failure: _compat.ExecFailure | None
-            try:
-                failure = _compat.run_string(interp_id, source)
-            except BaseException as exc:  # the interpreter could not be entered
-                failure = _compat.ExecFailure(type(exc).__name__, str(exc), repr(exc))
+                failure = self._one_interpreter(source)
             finally:
-                # Results still queued belong to this interpreter: take them first.
-                pool.collect()
-                self.interp_id = None
-                try:
-                    _compat.destroy_interpreter(interp_id)
-                except Exception as exc:  # pragma: no cover - should not happen
-                    print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)
+                pool.left(self)
             if failure is None:
                 return "stop", None
-            reason = failure.message[len(_EXIT_MARK) :] if failure.message.startswith(_EXIT_MARK) else None
-            if failure.type_name != "SystemExit" or reason is None:
+            reason = None
+            if failure.type_name == "SystemExit" and failure.message.startswith(_EXIT_MARK):
+                reason = failure.message[len(_EXIT_MARK) :]
+            if reason is None:
                 return "error", failure.traceback
-            if reason == wm.EXIT_RECYCLE:
+            if reason in (wm.EXIT_RECYCLE, wm.EXIT_PARK):
                 if pool.worker_should_restart(self):
-                    self.restarts += 1
+                    if reason == wm.EXIT_RECYCLE:
+                        self.restarts += 1
                     continue
                 return "idle", None
             return ("idle" if reason == wm.EXIT_IDLE else "retired"), None
+
+    def _one_interpreter(self, source: str) -> _compat.ExecFailure | None:
+        """Create an interpreter, serve in it, collect its results, destroy it."""
+        pool = self.pool
+        try:
+            interp_id = _compat.create_interpreter()
+        except BaseException as exc:
+            return _compat.ExecFailure("InterpreterError", "", f"could not create an interpreter: {exc!r}")
+        self.interp_id = interp_id
+        try:
+            _compat.queue_put(self.handoff, pool.control_view)
+            return _compat.run_string(interp_id, source)
+        except BaseException as exc:  # the interpreter could not be entered
+            return _compat.ExecFailure(type(exc).__name__, str(exc), repr(exc))
+        finally:
+            # Results still queued belong to this interpreter: take them first.
+            pool.collect()
+            self.interp_id = None
+            try:
+                _compat.destroy_interpreter(interp_id)
+            except Exception as exc:  # pragma: no cover - should not happen
+                print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)

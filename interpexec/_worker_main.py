@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from . import _compat
 from ._errors import pack_exception
-from ._transport import COLLECTOR_ASLEEP, COLLECTOR_NEEDED, COLLECTOR_READ, NSLOTS, SKIP_WAKEUPS, Channel, ControlLayout, decode, encode
+from ._transport import COLLECTOR_ASLEEP, COLLECTOR_NEEDED, COLLECTOR_READ, NSLOTS, PARK, SKIP_WAKEUPS, Channel, ControlLayout, decode, encode
 
 # task kinds
 CALL = 0
@@ -60,6 +60,7 @@ CMD_STOP = 1
 EXIT_RECYCLE = "recycle"  # max_tasks_per_child reached: start a fresh interpreter
 EXIT_IDLE = "idle"  # idle longer than idle_timeout: release the interpreter
 EXIT_RETIRED = "retired"  # was stuck; a replacement already runs
+EXIT_PARK = "park"  # os.fork() is coming: no interpreter may exist; a fresh one follows
 
 _FN_CACHE_MAX = 1024
 SPIN = int(os.environ.get("INTERPEXEC_SPIN", "64"))
@@ -218,8 +219,8 @@ def serve(
     watchdog = _Watchdog(state, Channel.from_spec(commands_spec), results, index, grace)
     watchdog.start()
     try:
-        return _serve(control, slots, tasks, results, state, watchdog, index, max_tasks, idle_timeout, init_blob,
-                      _MainFixup(main_path, main_name))
+        return _serve(control, slots, tasks, results, state, watchdog, index, max_tasks, idle_timeout,
+                      init_blob, _MainFixup(main_path, main_name))
     finally:
         watchdog.stop()
 
@@ -348,6 +349,9 @@ def _serve(
             ctl[asleep] = 1
             msg = get(empty)
             if msg is empty:
+                if ctl[PARK]:
+                    ctl[asleep] = 0
+                    return EXIT_PARK
                 if idle_timeout is not None and not select.select([task_rfd], [], [], idle_timeout)[0]:
                     ctl[asleep] = 0
                     return EXIT_IDLE
@@ -392,6 +396,8 @@ def _serve(
                 ctl[written] -= 1  # the pipe is full: the collector is being woken
         if state.retired:
             return EXIT_RETIRED
+        if ctl[PARK]:
+            return EXIT_PARK
         done += 1
         if max_tasks and done >= max_tasks:
             return EXIT_RECYCLE

@@ -1,0 +1,84 @@
+"""``python -m interpexec`` (also the ``interpexec`` console script)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m interpexec",
+        description="interpexec: CPU-bound Python in parallel on a pool of subinterpreters.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    demo = sub.add_parser("demo", help="time CPU-bound pure Python: serial vs ProcessPoolExecutor vs interpexec")
+    demo.add_argument("--tasks", type=_positive, help="number of tasks (default: 4 per worker)")
+    demo.add_argument("--workers", type=_positive, help="workers per pool (default: CPUs available)")
+    demo.add_argument("--records", type=_positive, default=20000, help="records per task (default: 20000)")
+
+    doctor = sub.add_parser("doctor", help="check which modules import inside a worker interpreter")
+    doctor.add_argument("modules", nargs="*", metavar="MODULE",
+                        help="modules to check (default: every top-level module of the installed distributions)")
+
+    sub.add_parser("info", help="Python build, subinterpreter support, CPUs and default worker count")
+    return parser
+
+
+def info() -> int:
+    import sysconfig
+
+    from ._executor import default_max_workers
+
+    try:
+        from . import _compat
+
+        support = f"yes (per-interpreter GIL; main interpreter id {_compat.main_interpreter_id()})"
+    except ImportError as exc:  # pragma: no cover - a non-CPython or too old build
+        support = f"no ({exc})"
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    cpus = os.cpu_count()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
+    rows = [
+        ("Python", sys.version.replace("\n", " ")),
+        ("implementation", sys.implementation.name),
+        ("build", "free-threaded" if free_threaded else "with GIL"),
+        ("subinterpreters", support),
+        ("CPUs", f"{cpus} ({usable} usable by this process)"),
+        ("default max_workers", str(default_max_workers())),
+    ]
+    for key, value in rows:
+        print(f"{key:<20} {value}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        from ._demo import run_demo
+
+        return run_demo(args.tasks, args.workers, args.records)
+    if args.command == "doctor":
+        from ._doctor import run_doctor
+
+        return run_doctor(args.modules)
+    if args.command == "info":
+        return info()
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""A process-wide warm pool, as loky's ``get_reusable_executor`` offers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ._executor import InterpreterPoolExecutor
+
+__all__ = ["get_reusable_executor"]
+
+#: Default seconds an idle worker keeps its interpreter in the reusable pool.
+DEFAULT_IDLE_TIMEOUT = 300.0
+
+_lock = threading.Lock()
+_executor: InterpreterPoolExecutor | None = None
+_config: dict[str, Any] = {}
+
+
+def get_reusable_executor(
+    max_workers: int | None = None,
+    *,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    **kwargs: Any,
+) -> InterpreterPoolExecutor:
+    """Return the process-wide reusable :class:`InterpreterPoolExecutor`.
+
+    The same executor comes back on every call while it is usable.  A new one
+    replaces it when it was shut down or broken, when ``max_workers`` asks for a
+    different size, or when other keyword arguments (``initializer``,
+    ``max_tasks_per_child``, ...) differ from the current one's; work already
+    submitted to the old one still completes.  Workers idle for longer than
+    ``idle_timeout`` seconds release their interpreters and come back on demand.
+
+    Do not call ``shutdown()`` on it unless you mean it for the whole process:
+    the next call then creates a fresh one.
+    """
+    global _executor, _config
+    with _lock:
+        config = {"idle_timeout": idle_timeout, **kwargs}
+        current = _executor
+        if current is not None:
+            pool = current._pool
+            usable = pool.broken is None and not pool.shutdown_flag
+            same = config == _config and (max_workers is None or max_workers == current._max_workers)
+            if usable and same:
+                return current
+            if usable:
+                current.shutdown(wait=False)
+            if max_workers is None:
+                max_workers = current._max_workers
+        _executor = InterpreterPoolExecutor(max_workers, **config)
+        _config = config
+        return _executor
