@@ -13,7 +13,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 WAITABLE = (_base.PENDING, _base.RUNNING)
-FINAL = (_base.FINISHED, _base.CANCELLED_AND_NOTIFIED, _base.CANCELLED)
 
 
 class PoolFuture(Future[T]):
@@ -49,16 +48,12 @@ class PoolFuture(Future[T]):
 
     def result(self, timeout: float | None = None) -> T:
         if self._ie_pool is not None and self._state in WAITABLE:
-            self._ie_pool.wait_for(self, timeout)
-            if self._state in FINAL:
-                timeout = 0
+            timeout = self._ie_pool.wait_for(self, timeout)
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if self._ie_pool is not None and self._state in WAITABLE:
-            self._ie_pool.wait_for(self, timeout)
-            if self._state in FINAL:
-                timeout = 0
+            timeout = self._ie_pool.wait_for(self, timeout)
         return super().exception(timeout)
 
     def force_cancel(self) -> bool:

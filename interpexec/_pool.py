@@ -44,7 +44,7 @@ from typing import Any, Callable
 from . import _worker_main as wm
 from ._compat import queue_count, queue_put
 from ._errors import unpack_exception
-from ._future import FINAL, WAITABLE, PoolFuture, borrow_pipe, return_pipe
+from ._future import WAITABLE, PoolFuture, borrow_pipe, return_pipe
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_NEEDED,
@@ -142,7 +142,9 @@ class Pool:
         self.ready = threading.Condition(self.lock)
         self.pending: collections.deque[tuple[int, WorkItem]] = collections.deque()
         self.inflight: dict[int, WorkItem] = {}
-        self.watched = 0  # in-flight items with watched set
+        self.watched = 0  # in-flight items with watched set (under watch_lock)
+        self.watched_tids: set[int] = set()  # watched while still pending
+        self.watch_lock = threading.Lock()
         self.tid = itertools.count(1)
         self.workers: dict[int, Worker] = {}  # by slot; includes retired ones still running
         self.free_slots = list(range(self.layout.slots - 1, -1, -1))
@@ -215,9 +217,13 @@ class Pool:
             tid, item = pending.popleft()
             if not item.future.set_running_or_notify_cancel():
                 continue
-            if item.watched:
-                self.watched += 1
             inflight[tid] = item
+            if self.watched_tids:
+                with self.watch_lock:
+                    if tid in self.watched_tids:
+                        self.watched_tids.discard(tid)
+                        item.watched = True
+                        self.watched += 1
             try:
                 queue_put(self.tasks.qid, item.msg)
             except BaseException as exc:  # e.g. an object the queue refused
@@ -233,7 +239,12 @@ class Pool:
         self.update_needed_locked()
 
     def update_needed_locked(self) -> None:
-        """Keep the control block's COLLECTOR_NEEDED flag true to the pool state."""
+        """Keep the control block's COLLECTOR_NEEDED flag true to the pool state.
+        Call it after changing ``pending``, ``shutdown_flag`` or ``watched``."""
+        with self.watch_lock:
+            self._write_needed_wl()
+
+    def _write_needed_wl(self) -> None:
         needed = 1 if (self.watched or self.pending or self.shutdown_flag) else 0
         if self.ctl[COLLECTOR_NEEDED] != needed:
             self.ctl[COLLECTOR_NEEDED] = needed
@@ -242,33 +253,35 @@ class Pool:
             if needed and not self.closed and queue_count(self.results.qid):
                 self.results.notify()
 
+    # Lock order: a future's condition -> watch_lock, and lock -> watch_lock, and
+    # lock -> a future's condition.  watch_tid runs under the future's condition
+    # (concurrent.futures.wait() installs waiters holding it), so it must not
+    # take ``lock``.
     def watch_tid(self, tid: int) -> None:
         """Task ``tid`` got a done-callback or a wait() waiter: deliver it promptly."""
-        with self.lock:
+        with self.watch_lock:
             item = self.inflight.get(tid)
             if item is not None:
                 if not item.watched:
                     item.watched = True
                     self.watched += 1
-                    self.update_needed_locked()
+                    self._write_needed_wl()
                 return
-            for queued_tid, queued in self.pending:  # rare: the window is full
-                if queued_tid == tid:
-                    queued.watched = True
+            # Still pending (or completing right now): dispatch picks this up.
+            self.watched_tids.add(tid)
+            if len(self.watched_tids) > 4 * NSLOTS:
+                live = {t for t, _ in list(self.pending)}
+                self.watched_tids &= live
 
     def window_full(self) -> bool:
         return len(self.inflight) >= self.window
     def _wake_a_worker(self, force: bool = False) -> None:
-        """Write a task wake-up byte if a worker sleeps and none is pending."""
-        if (
-            SKIP_WAKEUPS
-            and not force
-            and (
-                self.control.find(1, self.asleep_lo, self.asleep_hi) < 0
-                or self.task_written > sum(self.ctl[self.task_read_lo : self.task_read_hi])
-            )
-        ):
-            return
+        """Write a task wake-up byte unless every sleeping worker already has one
+        coming (sleepers <= wake-up bytes written and not yet read)."""
+        if SKIP_WAKEUPS and not force:
+            sleepers = self.control.count(1, self.asleep_lo, self.asleep_hi)
+            if not sleepers or sleepers <= self.task_written - sum(self.ctl[self.task_read_lo : self.task_read_hi]):
+                return
         self.task_written += 1
         try:
             os.write(self.tasks.wfd, b"\0")
@@ -289,15 +302,18 @@ class Pool:
             self._handle(msg)
         return bool(msgs)
 
-    def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> None:
+    def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
         """Block until ``fut`` is done (or ``timeout``), collecting results in this
-        thread: the worker that finishes ``fut`` writes straight to our pipe."""
+        thread: the worker that finishes ``fut`` writes straight to our pipe.
+
+        Returns the part of ``timeout`` left for the standard Condition wait that
+        follows (it returns at once when ``fut`` is done)."""
         tid = fut._ie_tid
         with self.lock:
             item = self.inflight.get(tid)
             if item is None or item.waiter_fd:
-                return  # not dispatched yet, or another thread waits already: the
-                # standard Condition wait serves it
+                return timeout  # not dispatched yet, or another thread waits already:
+                # the standard Condition wait serves it
             pipe = borrow_pipe()
             rfd, wfd = pipe
             item.waiter_thread = threading.get_ident()
@@ -309,13 +325,13 @@ class Pool:
             while True:
                 self.collect()
                 if fut._state not in WAITABLE:
-                    return
+                    return timeout
                 if deadline is None:
                     os.read(rfd, 64)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return
+                        return 0.0
                     if select.select([rfd], [], [], left)[0]:
                         os.read(rfd, 64)
         finally:
@@ -336,9 +352,9 @@ class Pool:
             if item is not None:
                 self.completed += 1
                 if item.watched:
-                    self.watched -= 1
-                    if not self.watched:
-                        self.update_needed_locked()
+                    with self.watch_lock:
+                        self.watched -= 1
+                        self._write_needed_wl()
             if self.pending or self.shutdown_flag:
                 self.dispatch_locked()
         if item is None:
@@ -414,7 +430,7 @@ class Pool:
     # ------------------------------------------------------------ interrupts
     def interrupt(self, fut: PoolFuture[Any]) -> bool:
         """Stop the task behind ``fut`` whether pending or running."""
-        if fut._state in FINAL:
+        if fut._state not in WAITABLE:
             return False
         if fut.cancel():
             return True
@@ -466,7 +482,8 @@ class Pool:
             doomed = [item for _, item in self.pending] + list(self.inflight.values())
             self.pending.clear()
             self.inflight.clear()
-            self.watched = 0
+            with self.watch_lock:
+                self.watched = 0
             self.shutdown_flag = True
             self.dispatch_locked()  # sends STOP to the workers still alive
             self.ready.notify_all()
@@ -526,7 +543,8 @@ class Pool:
             if self.started and not self.closed:
                 queued = self.tasks.drain()
             items = [self.inflight.pop(msg[0], None) for msg in queued if msg[1] != wm.STOP]
-            self.watched -= sum(1 for item in items if item is not None and item.watched)
+            with self.watch_lock:
+                self.watched -= sum(1 for item in items if item is not None and item.watched)
             self.stops_sent -= sum(1 for msg in queued if msg[1] == wm.STOP)
         for item in items:
             if item is not None:
@@ -665,6 +683,7 @@ def _after_fork_in_child() -> None:
     for pool in list(LIVE_POOLS):
         pool.forked = True
         pool.lock = threading.Lock()
+        pool.watch_lock = threading.Lock()
         pool.ready = threading.Condition(pool.lock)
         pool.collect_lock = threading.Lock()
         pool.workers.clear()
