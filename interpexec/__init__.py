@@ -23,7 +23,7 @@ The package imports lazily: worker interpreters import only what they use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing is not imported: the package loads in every worker
 
 __version__ = "0.1.0"
 
@@ -53,7 +53,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'interpexec' has no attribute {name!r}")

@@ -25,12 +25,15 @@ imports nothing heavy.
 
 from __future__ import annotations
 
-import queue as _queue
 import sys
-from typing import Any, NamedTuple
 
-import _interpreters
 import _interpqueues
+import _interpreters
+import _queue
+
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "ExecFailure",
@@ -43,11 +46,15 @@ __all__ = [
     "interpreter_exists",
     "list_interpreters",
     "main_interpreter_id",
+    "queue_bind",
     "queue_count",
     "queue_create",
     "queue_destroy",
     "queue_get",
+    "queue_is_full",
     "queue_put",
+    "queue_put_nowait",
+    "queue_release",
     "run_string",
 ]
 
@@ -87,12 +94,15 @@ def main_interpreter_id() -> int:
     return int(_interpreters.get_main()[0])
 
 
-class ExecFailure(NamedTuple):
+class ExecFailure:
     """An exception that escaped code run by :func:`run_string` (it cannot cross)."""
 
-    type_name: str
-    message: str
-    traceback: str
+    __slots__ = ("message", "traceback", "type_name")
+
+    def __init__(self, type_name: str, message: str, traceback: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback
 
 
 def run_string(interp_id: int, source: str, shared: dict[str, Any] | None = None) -> ExecFailure | None:
@@ -149,6 +159,36 @@ def queue_get(qid: int, default: Any = None) -> Any:
 
 def queue_count(qid: int) -> int:
     return int(_interpqueues.get_count(qid))
+
+
+def queue_is_full(qid: int) -> bool:
+    return bool(_interpqueues.is_full(qid))
+
+
+def queue_bind(qid: int) -> None:
+    """Take a reference to the queue (from any interpreter); the queue is
+    destroyed when the last reference is released."""
+    _interpqueues.bind(qid)
+
+
+def queue_release(qid: int) -> None:
+    try:
+        _interpqueues.release(qid)
+    except Exception:  # already gone
+        pass
+
+
+def queue_put_nowait(qid: int, obj: Any) -> bool:
+    """Put unless the queue is at its maxsize; False when it is full."""
+    try:
+        queue_put(qid, obj)
+    except _queue.Full:
+        return False
+    except Exception:
+        if _interpqueues.is_full(qid):
+            return False
+        raise
+    return True
 
 
 def queue_destroy(qid: int) -> None:

@@ -5,11 +5,14 @@ Imported inside worker interpreters, so it stays light (no concurrent.futures).
 
 from __future__ import annotations
 
-import pickle
-import re
 import sys
-import traceback
-from typing import Any
+
+from _pickle import dumps, loads
+
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from re import Pattern
+    from typing import Any
 
 __all__ = [
     "IncompatibleModuleError",
@@ -71,16 +74,25 @@ class IncompatibleModuleError(ImportError):
         return (type(self), (self.module, self.detail))
 
 
-# How extension modules refuse isolated interpreters.
-_INCOMPATIBLE_PATTERNS = [
+# How extension modules refuse isolated interpreters (compiled on first use).
+_INCOMPATIBLE_SOURCES = [
     # CPython's guard for single-phase init modules (NumPy, most Cython modules).
-    re.compile(r"module (?P<mod>[\w.]+) does not support loading in subinterpreters"),
+    r"module (?P<mod>[\w.]+) does not support loading in subinterpreters",
     # PyO3 (pydantic-core, orjson, ...).
-    re.compile(r"PyO3 modules (?:do not yet|don't yet|do not) support subinterpreters"),
+    r"PyO3 modules (?:do not yet|don't yet|do not) support subinterpreters",
     # Cython's per-process guard.
-    re.compile(r"Interpreter change detected"),
-    re.compile(r"(?:cannot|can't|can only) be (?:loaded|imported).{0,40}(?:interpreter|subinterpreter)", re.I),
+    r"Interpreter change detected",
+    r"(?i:(?:cannot|can't|can only) be (?:loaded|imported).{0,40}(?:interpreter|subinterpreter))",
 ]
+_incompatible_patterns: list[Pattern[str]] = []
+
+
+def _patterns() -> list[Pattern[str]]:
+    if not _incompatible_patterns:
+        import re
+
+        _incompatible_patterns.extend(re.compile(src) for src in _INCOMPATIBLE_SOURCES)
+    return _incompatible_patterns
 
 
 def as_incompatible_module_error(exc: BaseException) -> IncompatibleModuleError | None:
@@ -93,7 +105,7 @@ def as_incompatible_module_error(exc: BaseException) -> IncompatibleModuleError 
             return cur
         if isinstance(cur, ImportError):
             text = str(cur)
-            for pattern in _INCOMPATIBLE_PATTERNS:
+            for pattern in _patterns():
                 m = pattern.search(text)
                 if m:
                     mod = m.groupdict().get("mod") or cur.name or _module_from_traceback(cur)
@@ -107,13 +119,16 @@ def _module_from_traceback(exc: BaseException) -> str | None:
     return str(name) if name else None
 
 
-Packed = tuple[Any, ...]  # (blob or None, type name, message, traceback text, packed cause or None)
+# (pickled exception or None, type name, message, traceback text, packed cause or None)
+Packed = tuple["Any", ...]
 
 _MAX_CHAIN = 8
 
 
 def pack_exception(exc: BaseException) -> Packed:
     """Pack an exception raised in a worker for the trip to the caller."""
+    import traceback
+
     tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     incompatible = as_incompatible_module_error(exc)
     if incompatible is not None:
@@ -138,8 +153,8 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
     except Exception:
         message = f"<unprintable {tp.__qualname__}>"
     try:
-        blob: bytes | None = pickle.dumps(exc, protocol=5)
-        pickle.loads(blob)  # it must also come back out on the other side
+        blob: bytes | None = dumps(exc, protocol=5)
+        loads(blob)  # it must also come back out on the other side
     except BaseException:
         blob = None
     return (blob, type_name, message, tb_text, chain)
@@ -169,7 +184,7 @@ def _unpack_one(packed: Packed) -> BaseException:
     exc: BaseException | None = None
     if blob is not None:
         try:
-            exc = pickle.loads(blob)
+            exc = loads(blob)
         except BaseException:
             exc = None
         if not isinstance(exc, BaseException):

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from . import _worker_main as wm
 from ._future import PoolFuture
 from ._pool import LIVE_POOLS, BrokenInterpreterPool, Pool, exiting
-from ._transport import dumps_callable, encode, encode_call_args
+from ._pickling import dumps_callable
+from ._transport import encode_call_args, encode_columns
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
 
@@ -240,7 +241,9 @@ def _encode_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
     if timeout is not None:
         timeout = float(timeout)
     if type(fn) is _ChunkCall:
-        return (wm.CHUNK, dumps_callable(fn.fn), encode(args[0], share_buffers=True), timeout)
+        # A chunk travels as argument columns: fn(*row) for row in zip(*columns).
+        columns = tuple(zip(*args[0]))
+        return (wm.CHUNK, dumps_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
     if not callable(fn):
         raise TypeError(f"{fn!r} is not callable")
     return (wm.CALL, dumps_callable(fn), encode_call_args(args, kwargs), timeout)

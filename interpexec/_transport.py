@@ -18,13 +18,14 @@ workers, so it imports nothing heavy):
 from __future__ import annotations
 
 import os
-import pickle
-import sys
-import types
-import weakref
-from typing import Any
+
+from _pickle import PickleBuffer, dumps, loads
 
 from . import _compat
+
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from typing import Any
 
 NATIVE = 0
 PICKLED = 1
@@ -53,7 +54,37 @@ def is_native(obj: Any, _depth: int = 0) -> bool:
     return False
 
 
-Encoded = tuple[Any, ...]
+Encoded = tuple["Any", ...]
+
+
+_FLAT_OK = frozenset((type(None), bool, float, str, bytes))
+
+
+def _flat_native(items: tuple[Any, ...]) -> bool:
+    """Like ``all(map(is_native, items))`` for long flat tuples, at C speed for the
+    common cases (one type check per item instead of a Python call)."""
+    kinds = set(map(type, items))
+    if kinds <= _FLAT_OK:
+        return True
+    if kinds - _FLAT_OK == {int}:
+        ints = [x for x in items if type(x) is int] if len(kinds) > 1 else items
+        return _INT64_MIN <= min(ints) and max(ints) <= _INT64_MAX
+    return all(map(is_native, items))
+
+
+def encode_columns(columns: tuple[tuple[Any, ...], ...], *, share_buffers: bool) -> Encoded:
+    """Encode a tuple of equally long tuples (a map chunk's argument columns, or a
+    chunk's results as one column) without a per-item Python call when every
+    item is a shareable scalar."""
+    for col in columns:
+        if not _flat_native(col):
+            return encode(columns, share_buffers=share_buffers)
+    return (NATIVE, columns)
+
+
+def encode_flat(items: tuple[Any, ...], *, share_buffers: bool) -> Encoded:
+    """Encode a flat tuple (a chunk's results) like :func:`encode_columns`."""
+    return (NATIVE, items) if _flat_native(items) else encode(items, share_buffers=share_buffers)
 
 
 def encode_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Encoded:
@@ -79,8 +110,8 @@ def encode(obj: Any, *, share_buffers: bool) -> Encoded:
     """
     if is_native(obj):
         return (NATIVE, obj)
-    buffers: list[pickle.PickleBuffer] = []
-    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    buffers: list[PickleBuffer] = []
+    data = dumps(obj, protocol=5, buffer_callback=buffers.append)
     if not buffers:
         return (PICKLED, data)
     if share_buffers:
@@ -90,7 +121,7 @@ def encode(obj: Any, *, share_buffers: bool) -> Encoded:
     return (PICKLED, data, views)
 
 
-def _as_view(buf: pickle.PickleBuffer) -> Any:
+def _as_view(buf: PickleBuffer) -> Any:
     raw = buf.raw()
     if raw.readonly:
         return raw
@@ -103,8 +134,8 @@ def decode(enc: Encoded) -> Any:
     if enc[0] == NATIVE:
         return enc[1]
     if len(enc) == 2:
-        return pickle.loads(enc[1])
-    return pickle.loads(enc[1], buffers=enc[2])
+        return loads(enc[1])
+    return loads(enc[1], buffers=enc[2])
 
 
 _EMPTY = object()
@@ -219,9 +250,7 @@ class Channel:
 # the two sides, which suffices where a store followed by a locked operation is
 # ordered (x86's total store order).  Elsewhere every wake-up is written.
 
-import platform as _platform
-
-SKIP_WAKEUPS = _platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+SKIP_WAKEUPS = os.uname().machine.lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 NSLOTS = 4096
 COLLECTOR_ASLEEP = 0
 COLLECTOR_READ = 1
@@ -253,54 +282,3 @@ def wake_fd(fd: int) -> None:
         os.write(fd, b"\0")
     except OSError:
         pass  # full (a wake-up is pending anyway) or already gone
-
-
-# --------------------------------------------------------------------------
-# Callables: pickled by reference (module + qualified name), as multiprocessing
-# does.  Functions that cannot be found by reference in a worker (lambdas,
-# closures, functions typed at a REPL) go by value through cloudpickle when it is
-# installed; otherwise the call fails with an error naming the function.
-
-_FN_BLOBS: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
-
-
-def dumps_callable(fn: Any) -> bytes:
-    """Pickle a callable for a worker, caching plain functions' pickles."""
-    if type(fn) is types.FunctionType:
-        blob = _FN_BLOBS.get(fn)
-        if blob is None:
-            blob = _FN_BLOBS[fn] = _pickle_callable(fn)
-        return blob
-    return _pickle_callable(fn)
-
-
-def _pickle_callable(fn: Any) -> bytes:
-    if getattr(fn, "__module__", None) == "__main__" and not _main_is_importable():
-        return _pickle_by_value(fn, "it is defined in an interactive session (REPL, notebook or python -c)")
-    qualname = getattr(fn, "__qualname__", "")
-    if type(fn) is types.FunctionType and ("<lambda>" in qualname or "<locals>" in qualname):
-        return _pickle_by_value(fn, "lambdas, closures and functions defined inside functions have no importable name")
-    try:
-        return pickle.dumps(fn, protocol=5)
-    except (pickle.PicklingError, AttributeError, TypeError) as exc:
-        return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})")
-
-
-def _main_is_importable() -> bool:
-    main = sys.modules.get("__main__")
-    if getattr(main, "__file__", None):
-        return True
-    spec = getattr(main, "__spec__", None)
-    return bool(spec is not None and spec.name)
-
-
-def _pickle_by_value(fn: Any, why: str) -> bytes:
-    try:
-        import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
-        name = getattr(fn, "__qualname__", None) or repr(fn)
-        raise pickle.PicklingError(
-            f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
-            "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
-        ) from None
-    return bytes(cloudpickle.dumps(fn, protocol=5))

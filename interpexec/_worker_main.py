@@ -14,7 +14,7 @@ interpreter only; so the watchdog must live in the worker's own interpreter.
 Message shapes (all natively shareable tuples; see :mod:`interpexec._transport`):
 
   task     (tid, CALL,  fn_blob, encoded (args, kwargs_items), timeout or None)
-           (tid, CHUNK, fn_blob, encoded tuple of args tuples,   timeout or None)
+           (tid, CHUNK, fn_blob, encoded argument columns,       timeout or None)
            (0,   STOP)
   result   (tid, OK, encoded value)          a CHUNK's value is a tuple of results
            (tid, ERR, packed exception)
@@ -26,18 +26,35 @@ Message shapes (all natively shareable tuples; see :mod:`interpexec._transport`)
 
 from __future__ import annotations
 
-import collections
+import _thread
 import os
-import pickle
 import select
 import sys
-import threading
 import time
-from typing import Any, Callable
+from _collections import deque
+
+from _pickle import loads
 
 from . import _compat
 from ._errors import pack_exception
-from ._transport import COLLECTOR_ASLEEP, COLLECTOR_NEEDED, COLLECTOR_READ, NSLOTS, PARK, SKIP_WAKEUPS, Channel, ControlLayout, decode, encode
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+from ._transport import (
+    COLLECTOR_ASLEEP,
+    COLLECTOR_NEEDED,
+    COLLECTOR_READ,
+    NSLOTS,
+    PARK,
+    SKIP_WAKEUPS,
+    Channel,
+    ControlLayout,
+    decode,
+    encode,
+    encode_flat,
+)
 
 # task kinds
 CALL = 0
@@ -112,7 +129,7 @@ class _TaskState:
     """What the loop and the watchdog share, guarded by ``lock``."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.tid = 0  # task running now, 0 for none
         self.deadline = 0.0  # monotonic deadline of that task, 0.0 for none
         self.timeout: float | None = None
@@ -120,8 +137,8 @@ class _TaskState:
         self.fired_at = 0.0
         self.stuck_reported = False
         self.retired = False
-        self.cancelled: collections.deque[int] = collections.deque(maxlen=_CANCELLED_MAX)
-        self.thread_id = threading.get_ident()
+        self.cancelled: deque[int] = deque(maxlen=_CANCELLED_MAX)
+        self.thread_id = _thread.get_ident()
 
 
 def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
@@ -139,10 +156,12 @@ class _Watchdog:
         self.results = results
         self.index = index
         self.grace = grace
-        self.thread = threading.Thread(target=self._run, name=f"interpexec-watchdog-{index}")
+        self.handle: Any = None
 
     def start(self) -> None:
-        self.thread.start()
+        # A plain joinable thread (isolated interpreters allow no daemon threads);
+        # the threading module is not needed for it.
+        self.handle = _thread.start_joinable_thread(self._run, daemon=False)
 
     def poke(self) -> None:
         """Make the watchdog re-read the task state (a task with a deadline started)."""
@@ -150,7 +169,7 @@ class _Watchdog:
 
     def stop(self) -> None:
         self.commands.put((CMD_STOP,))
-        self.thread.join()
+        self.handle.join()
 
     def _fire(self, now: float) -> None:
         st = self.state
@@ -242,12 +261,12 @@ def _serve(
 
     def load(blob: bytes) -> Any:
         try:
-            return pickle.loads(blob)
+            return loads(blob)
         except BaseException as exc:
             if not fixup.applies_to(exc):
                 raise
         fixup.apply()
-        return pickle.loads(blob)
+        return loads(blob)
 
     def load_fn(blob: bytes) -> Callable[..., Any]:
         fn = fn_cache.get(blob)
@@ -297,9 +316,10 @@ def _serve(
             if kind == CALL:
                 args, kwargs = load_payload(msg[3])
                 value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
-            else:
-                value = tuple([fn(*args) for args in load_payload(msg[3])])
-            out: tuple[Any, ...] = (tid, OK, encode(value, share_buffers=False))
+                out: tuple[Any, ...] = (tid, OK, encode(value, share_buffers=False))
+            else:  # CHUNK: argument columns in, one column of results out
+                values = tuple(map(fn, *load_payload(msg[3])))
+                out = (tid, OK, encode_flat(values, share_buffers=False))
         except Interrupted:
             out = (tid, STOPPED, None)
         except BaseException as exc:

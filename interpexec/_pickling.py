@@ -1,0 +1,59 @@
+"""How callables travel to workers (main interpreter side only).
+
+Callables: pickled by reference (module + qualified name), as multiprocessing
+does.  Functions that cannot be found by reference in a worker (lambdas,
+closures, functions typed at a REPL) go by value through cloudpickle when it is
+installed; otherwise the call fails with an error naming the function.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import types
+import weakref
+from typing import Any
+
+_FN_BLOBS: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+
+
+def dumps_callable(fn: Any) -> bytes:
+    """Pickle a callable for a worker, caching plain functions' pickles."""
+    if type(fn) is types.FunctionType:
+        blob = _FN_BLOBS.get(fn)
+        if blob is None:
+            blob = _FN_BLOBS[fn] = _pickle_callable(fn)
+        return blob
+    return _pickle_callable(fn)
+
+
+def _pickle_callable(fn: Any) -> bytes:
+    if getattr(fn, "__module__", None) == "__main__" and not _main_is_importable():
+        return _pickle_by_value(fn, "it is defined in an interactive session (REPL, notebook or python -c)")
+    qualname = getattr(fn, "__qualname__", "")
+    if type(fn) is types.FunctionType and ("<lambda>" in qualname or "<locals>" in qualname):
+        return _pickle_by_value(fn, "lambdas, closures and functions defined inside functions have no importable name")
+    try:
+        return pickle.dumps(fn, protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})")
+
+
+def _main_is_importable() -> bool:
+    main = sys.modules.get("__main__")
+    if getattr(main, "__file__", None):
+        return True
+    spec = getattr(main, "__spec__", None)
+    return bool(spec is not None and spec.name)
+
+
+def _pickle_by_value(fn: Any, why: str) -> bytes:
+    try:
+        import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        raise pickle.PicklingError(
+            f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
+            "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
+        ) from None
+    return bytes(cloudpickle.dumps(fn, protocol=5))
