@@ -33,8 +33,10 @@ __all__ = [
     "InterpreterPoolExecutor",
     "RemoteError",
     "RemoteTraceback",
+    "Shared",
     "__version__",
     "get_reusable_executor",
+    "share",
 ]
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from ._executor import InterpreterPoolExecutor
     from ._pool import BrokenInterpreterPool
     from ._reusable import get_reusable_executor
+    from ._shared import Shared, share
 
 _LAZY = {
     "BrokenInterpreterPool": "._pool",
@@ -50,6 +53,8 @@ _LAZY = {
     "RemoteError": "._errors",
     "RemoteTraceback": "._errors",
     "get_reusable_executor": "._reusable",
+    "Shared": "._shared",
+    "share": "._shared",
 }
 
 

@@ -44,11 +44,13 @@ from typing import Any, Callable
 from . import _worker_main as wm
 from ._compat import queue_count, queue_put
 from ._errors import unpack_exception
+from ._shared import relend
 from ._future import WAITABLE, PoolFuture, borrow_pipe, return_pipe
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_NEEDED,
     COLLECTOR_READ,
+    LENT,
     NSLOTS,
     PARK,
     SKIP_WAKEUPS,
@@ -362,7 +364,11 @@ class Pool:
         fut = item.future
         if kind == wm.OK:
             try:
-                value = decode(msg[2])
+                enc = msg[2]
+                if enc[0] == LENT:  # the task returned a view its caller lent it
+                    value = relend(item.msg[3][2][enc[1]], enc[2], enc[3])
+                else:
+                    value = decode(enc)
             except BaseException as exc:
                 _set_exception(fut, exc)
             else:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 NATIVE = 0
 PICKLED = 1
+LENT = 2  # a result that is a view lent by the caller: (LENT, buffer index, format, shape)
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -122,12 +123,10 @@ def encode(obj: Any, *, share_buffers: bool) -> Encoded:
 
 
 def _as_view(buf: PickleBuffer) -> Any:
-    raw = buf.raw()
-    if raw.readonly:
-        return raw
-    # A writable buffer crosses as a read-only view; pickle rebuilds the object
-    # (for example a bytearray) from it with one copy on the receiving side.
-    return raw.toreadonly()
+    # The view crosses with the buffer's own writability: pickle rebuilds plain
+    # objects (a bytearray, say) from it with one copy on the receiving side;
+    # interpexec.share() hands it to the task as it is.
+    return buf.raw()
 
 
 def decode(enc: Encoded) -> Any:

@@ -35,7 +35,7 @@ from _collections import deque
 
 from _pickle import loads
 
-from . import _compat
+from . import _compat, _shared
 from ._errors import pack_exception
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_NEEDED,
     COLLECTOR_READ,
+    LENT,
     NSLOTS,
     PARK,
     SKIP_WAKEUPS,
@@ -213,6 +214,17 @@ class _Watchdog:
                     self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
 
 
+def _encode_result(value: Any, payload: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Encode a task's result; a view the caller lent comes back as a reference."""
+    if type(value) is memoryview and _shared._lent and len(payload) == 3:
+        buffer = _shared.lent_buffer(value)
+        if buffer is not None:
+            for index, crossed in enumerate(payload[2]):
+                if crossed is buffer:
+                    return (LENT, index, value.format, tuple(value.shape))
+    return encode(value, share_buffers=False)
+
+
 def serve(
     control: memoryview,
     slots: int,
@@ -232,6 +244,7 @@ def serve(
     # The watchdog needs this interpreter's GIL to stop a task that holds it; by
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
     sys.setswitchinterval(0.0005)
+    _shared._in_worker = True
     tasks = Channel.from_spec(tasks_spec)
     results = Channel.from_spec(results_spec)
     state = _TaskState()
@@ -316,7 +329,7 @@ def _serve(
             if kind == CALL:
                 args, kwargs = load_payload(msg[3])
                 value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
-                out: tuple[Any, ...] = (tid, OK, encode(value, share_buffers=False))
+                out: tuple[Any, ...] = (tid, OK, _encode_result(value, msg[3]))
             else:  # CHUNK: argument columns in, one column of results out
                 values = tuple(map(fn, *load_payload(msg[3])))
                 out = (tid, OK, encode_flat(values, share_buffers=False))
@@ -331,6 +344,8 @@ def _serve(
                 fired = state.fired
             if fired:
                 _set_async_exc(state.thread_id, None)  # cancel one still pending
+            if _shared._lent:
+                _shared._lent.clear()
         return out
 
     layout = ControlLayout(slots)
