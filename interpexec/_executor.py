@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
+from . import _shared
 from . import _worker_main as wm
 from ._future import PoolFuture
 from ._pool import LIVE_POOLS, BrokenInterpreterPool, Pool, exiting
@@ -64,6 +65,11 @@ class InterpreterPoolExecutor(Executor):
         idle_timeout: float | None = None,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
     ) -> None:
+        if _shared._in_worker:
+            raise RuntimeError(
+                "an InterpreterPoolExecutor cannot be created inside an interpexec worker: create pools in the "
+                "main program only (guard module-level pools with `if __name__ == \"__main__\":`)"
+            )
         if max_workers is None:
             max_workers = default_max_workers()
         elif not isinstance(max_workers, int) or isinstance(max_workers, bool):

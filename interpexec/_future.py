@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from concurrent.futures import Future, _base
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -89,31 +87,4 @@ class _WaiterList(list[Any]):
         super().append(waiter)
 
 
-# Wake-up pipes for threads blocked in Future.result(): borrowed for one wait and
-# returned, never closed (a worker may still write a late byte to one; a stray
-# byte only costs one extra check).
-_PIPES: list[tuple[int, int]] = []
-_PIPES_LOCK = threading.Lock()
-
-
-def borrow_pipe() -> tuple[int, int]:
-    with _PIPES_LOCK:
-        if _PIPES:
-            return _PIPES.pop()
-    r, w = os.pipe()
-    os.set_blocking(w, False)
-    return r, w
-
-
-def return_pipe(pipe: tuple[int, int]) -> None:
-    with _PIPES_LOCK:
-        _PIPES.append(pipe)
-
-
-def _forget_pipes_after_fork() -> None:
-    global _PIPES_LOCK
-    _PIPES_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pipes_after_fork)
 

@@ -45,7 +45,7 @@ from . import _worker_main as wm
 from ._compat import queue_count, queue_put
 from ._errors import unpack_exception
 from ._shared import relend
-from ._future import WAITABLE, PoolFuture, borrow_pipe, return_pipe
+from ._future import WAITABLE, PoolFuture
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_NEEDED,
@@ -56,7 +56,9 @@ from ._transport import (
     SKIP_WAKEUPS,
     Channel,
     ControlLayout,
+    borrow_pipe,
     decode,
+    return_pipe,
     wake_fd,
 )
 from ._worker import Worker

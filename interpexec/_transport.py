@@ -139,6 +139,37 @@ def decode(enc: Encoded) -> Any:
 
 _EMPTY = object()
 
+# Pipes are never closed: a worker thread that outlived its pool (one retired
+# while stuck in C) may still write to its pool's pipes, and a closed fd number
+# can be reused for an unrelated file.  Closed channels return their pipes here
+# for the next pool; a stale byte then costs at most one spurious wake-up, which
+# every reader tolerates.  (Only the main interpreter borrows and returns.)
+_PIPES: list[tuple[int, int]] = []
+
+
+def borrow_pipe() -> tuple[int, int]:
+    """A pipe whose write end does not block (a full pipe means a wake-up is
+    pending anyway)."""
+    try:
+        return _PIPES.pop()
+    except IndexError:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        return r, w
+
+
+def return_pipe(pipe: tuple[int, int]) -> None:
+    r = pipe[0]
+    os.set_blocking(r, False)
+    try:
+        while os.read(r, 65536):
+            pass
+    except BlockingIOError:
+        pass
+    finally:
+        os.set_blocking(r, True)
+    _PIPES.append(pipe)
+
 
 class Channel:
     """A one-way cross-interpreter queue with a pipe for blocking wake-ups.
@@ -151,8 +182,7 @@ class Channel:
 
     def __init__(self) -> None:
         self.qid = _compat.queue_create()
-        self.rfd, self.wfd = os.pipe()
-        os.set_blocking(self.wfd, False)
+        self.rfd, self.wfd = borrow_pipe()
         self._owner = True
 
     @classmethod
@@ -208,13 +238,9 @@ class Channel:
             return
         self._owner = False
         _compat.queue_destroy(self.qid)
-        fds = (self.rfd, self.wfd)
+        pipe = (self.rfd, self.wfd)
         self.rfd = self.wfd = -1
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        return_pipe(pipe)
 
 
 # --------------------------------------------------------------------------

@@ -1,27 +1,37 @@
 from __future__ import annotations
 
 import faulthandler
-import sys
+import tempfile
 
 import pytest
 
 import interpexec
 
-
-def _safe_dump_stacks(terminal: object) -> None:
-    """pytest-timeout's stack dump uses sys._current_frames(), which creates frame
-    objects for threads running inside subinterpreters with the wrong
-    interpreter's allocator; CPython then crashes when those threads pop the
-    frames.  faulthandler's C-level dump reads the same stacks safely."""
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-
-
 try:
     import pytest_timeout
+except ImportError:  # pragma: no cover - pytest-timeout is a test requirement
+    pytest_timeout = None
 
-    pytest_timeout.dump_stacks = _safe_dump_stacks
-except ImportError:  # pragma: no cover
-    pass
+
+def _dump_stacks_safely(terminal) -> None:
+    """Stand-in for ``pytest_timeout.dump_stacks``.
+
+    pytest-timeout dumps every thread's stack through ``sys._current_frames()``.
+    On some CPython builds (3.13.0, the host's pyenv Python) that also returns the
+    frames of threads running inside the pool's subinterpreters, and merely
+    materializing them from the main interpreter corrupts the heap ("free():
+    invalid pointer", then SIGABRT/SIGSEGV): one timed-out test would kill the
+    whole session.  faulthandler walks only this interpreter's threads and
+    creates no objects.
+    """
+    with tempfile.TemporaryFile("w+") as out:
+        faulthandler.dump_traceback(file=out, all_threads=True)
+        out.seek(0)
+        terminal.write(out.read())
+
+
+if pytest_timeout is not None:
+    pytest_timeout.dump_stacks = _dump_stacks_safely
 
 
 @pytest.fixture(scope="module")

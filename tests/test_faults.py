@@ -1,0 +1,405 @@
+"""Faults tried against the pool, one test each: every future resolves, errors are
+clear, and the pool stays usable unless it says it is broken.
+
+| fault                                        | expected                                         |
+|----------------------------------------------|--------------------------------------------------|
+| SystemExit / KeyboardInterrupt in a task     | same exception from result(); worker survives    |
+| RecursionError, MemoryError                  | same exception; worker survives                  |
+| exception whose __init__ cannot be replayed  | interpexec.RemoteError with name/message/tb      |
+| chained exception (raise ... from ...)       | cause reachable below the RemoteTraceback        |
+| ExceptionGroup                               | arrives with its sub-exceptions                  |
+| incompatible extension module                | IncompatibleModuleError naming the module        |
+| unpicklable argument / result                | only that future fails, with the pickling error  |
+| lambda / local function without cloudpickle  | clear error naming the function and the remedy   |
+| executor passed to a task                    | clear TypeError (submitting from tasks: no)      |
+| pool created inside a worker                 | clear RuntimeError                               |
+| failing initializer                          | BrokenInterpreterPool on pending and new work    |
+| submit after shutdown / shutdown twice       | RuntimeError / no-op                             |
+| 16 threads submitting during shutdown        | every future resolved or cancelled               |
+| terminate_workers() with work queued         | queued work cancelled, running task stopped      |
+| exit without shutdown, shutdown(wait=False)  | process exits cleanly                            |
+| Ctrl-C during map() / result()               | process ends promptly, no hang, no crash         |
+| os.fork() with a live pool                   | child runs Python and a new pool; parent goes on |
+| __main__ functions, guarded block            | work; guarded block not re-run in workers        |
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import interpexec
+from interpexec import BrokenInterpreterPool, IncompatibleModuleError, InterpreterPoolExecutor, RemoteError
+
+from . import fault_helpers as fh
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_script(source: str, *args: str, timeout: float = 60, **kwargs):
+    """Run a Python script (as a file, like a user would) with the checkout importable."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-c", source, *args] if kwargs.pop("as_c", False) else [sys.executable, *args],
+        capture_output=True, text=True, timeout=timeout, env=env, **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with InterpreterPoolExecutor(2) as ex:
+        yield ex
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "fn, exc_type",
+    [
+        (fh.raise_system_exit, SystemExit),
+        (fh.raise_keyboard_interrupt, KeyboardInterrupt),
+        (fh.recurse, RecursionError),
+        (fh.raise_memory_error, MemoryError),
+    ],
+)
+def test_base_exceptions_come_back_and_worker_survives(pool, fn, exc_type):
+    args = (3,) if fn is fh.raise_system_exit else ()
+    with pytest.raises(exc_type) as info:
+        pool.submit(fn, *args).result(timeout=20)
+    assert isinstance(info.value.__cause__, interpexec.RemoteTraceback)
+    assert fn.__name__ in str(info.value.__cause__)
+    assert [pool.submit(fh.ok, i).result(timeout=10) for i in range(4)] == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(30)
+def test_exception_that_cannot_be_rebuilt_arrives_as_remote_error(pool):
+    with pytest.raises(RemoteError) as info:
+        pool.submit(fh.raise_odd_init).result(timeout=10)
+    err = info.value
+    assert err.type_name.endswith("OddInit")
+    assert "code 7: odd" in err.message
+    assert "raise_odd_init" in err.traceback_text
+
+
+@pytest.mark.timeout(30)
+def test_chained_exception_keeps_its_cause(pool):
+    with pytest.raises(ValueError, match="lookup failed") as info:
+        pool.submit(fh.raise_chained).result(timeout=10)
+    remote = info.value.__cause__
+    assert isinstance(remote, interpexec.RemoteTraceback)
+    assert isinstance(remote.__cause__, KeyError)
+    assert "The above exception was the direct cause" in str(remote)
+
+
+@pytest.mark.timeout(30)
+def test_exception_group_arrives_whole(pool):
+    with pytest.raises(ExceptionGroup) as info:
+        pool.submit(fh.raise_group).result(timeout=10)
+    assert sorted(type(e).__name__ for e in info.value.exceptions) == ["TypeError", "ValueError"]
+
+
+@pytest.mark.timeout(30)
+def test_incompatible_extension_module_is_named(pool):
+    with pytest.raises(IncompatibleModuleError) as info:
+        pool.submit(fh.import_incompatible).result(timeout=20)
+    err = info.value
+    assert isinstance(err, ImportError)
+    assert err.module == "_testsinglephase"
+    text = str(err)
+    assert "_testsinglephase" in text and "%d.%d" % sys.version_info[:2] in text
+    assert "ProcessPoolExecutor" in text
+    assert pool.submit(fh.ok, 1).result(timeout=10) == 1
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_argument_fails_only_its_future(pool):
+    bad = pool.submit(fh.ok, threading.Lock())
+    good = pool.submit(fh.ok, 5)
+    with pytest.raises((TypeError, pickle.PicklingError)):
+        bad.result(timeout=10)
+    assert good.result(timeout=10) == 5
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_result_fails_only_its_future(pool):
+    bad = pool.submit(fh.unpicklable_result)
+    good = pool.submit(fh.ok, 6)
+    with pytest.raises((TypeError, AttributeError, pickle.PicklingError)):
+        bad.result(timeout=10)
+    assert good.result(timeout=10) == 6
+
+
+@pytest.mark.timeout(30)
+def test_lambda_without_cloudpickle_fails_clearly(pool, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # make the import fail
+    fut = pool.submit(lambda: 1)
+    with pytest.raises(pickle.PicklingError) as info:
+        fut.result(timeout=10)
+    assert "<lambda>" in str(info.value) and "cloudpickle" in str(info.value)
+
+
+@pytest.mark.timeout(30)
+def test_closure_with_cloudpickle_runs(pool):
+    pytest.importorskip("cloudpickle")
+    base = 40
+
+    def add(x):
+        return x + base
+
+    assert pool.submit(add, 2).result(timeout=10) == 42
+
+
+@pytest.mark.timeout(30)
+def test_executor_cannot_be_sent_to_a_task(pool):
+    fut = pool.submit(fh.ok, pool)
+    with pytest.raises(TypeError, match="submitting from inside a task"):
+        fut.result(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_failing_initializer_breaks_pool_clearly():
+    ex = InterpreterPoolExecutor(2, initializer=fh.raise_memory_error)
+    fut = ex.submit(fh.ok, 1)
+    with pytest.raises(BrokenInterpreterPool) as info:
+        fut.result(timeout=20)
+    assert isinstance(info.value, cf.process.BrokenProcessPool)
+    with pytest.raises(BrokenInterpreterPool):
+        ex.submit(fh.ok, 2)
+    ex.shutdown()
+
+
+@pytest.mark.timeout(30)
+def test_submit_after_shutdown_and_shutdown_twice():
+    ex = InterpreterPoolExecutor(1)
+    assert ex.submit(fh.ok, 1).result(timeout=10) == 1
+    ex.shutdown()
+    ex.shutdown()
+    ex.shutdown(wait=False, cancel_futures=True)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        ex.submit(fh.ok, 2)
+
+
+@pytest.mark.timeout(60)
+def test_sixteen_submitters_racing_a_shutdown():
+    ex = InterpreterPoolExecutor(2)
+    barrier = threading.Barrier(17)
+    futures: list[cf.Future] = []
+    lock = threading.Lock()
+
+    def submitter():
+        barrier.wait()
+        for i in range(200):
+            try:
+                f = ex.submit(fh.ok, i)
+            except RuntimeError:
+                return
+            with lock:
+                futures.append(f)
+
+    threads = [threading.Thread(target=submitter) for _ in range(16)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    ex.shutdown(wait=True, cancel_futures=True)
+    for t in threads:
+        t.join()
+    done, not_done = cf.wait(futures, timeout=30)
+    assert not not_done
+    for f in futures:
+        assert f.cancelled() or f.result() is not None
+
+
+@pytest.mark.timeout(60)
+def test_terminate_workers_cancels_queued_and_stops_running():
+    ex = InterpreterPoolExecutor(1)
+    running = ex.submit(fh.spin_forever)
+    queued = [ex.submit(fh.ok, i) for i in range(20)]
+    assert ex.submit  # the pool is alive
+    ex.terminate_workers()
+    assert running.cancelled()
+    assert all(f.cancelled() for f in queued)
+    with pytest.raises(RuntimeError):
+        ex.submit(fh.ok, 1)
+
+
+@pytest.mark.timeout(30)
+def test_pool_cannot_be_created_inside_a_worker(pool):
+    fut = pool.submit(InterpreterPoolExecutor, 1)
+    with pytest.raises(RuntimeError, match="inside an interpexec worker"):
+        fut.result(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_workers_see_parent_sys_path_and_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with InterpreterPoolExecutor(1) as ex:
+        path, cwd = ex.submit(fh.sys_path_and_cwd).result(timeout=20)
+    assert str(tmp_path) in path
+    assert os.path.samefile(cwd, tmp_path)
+
+
+MAIN_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from interpexec import InterpreterPoolExecutor
+    print("module level ran", flush=True)
+
+    def triple(x):
+        return 3 * x
+
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    def unbox(b):
+        return b.v
+
+    if __name__ == "__main__":
+        print("guarded block ran", flush=True)
+        with InterpreterPoolExecutor(2) as pool:
+            print(list(pool.map(triple, range(5))), pool.submit(unbox, Box(9)).result(), flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_functions_in_main_script_work_and_guard_is_respected(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(MAIN_SCRIPT)
+    proc = run_script("", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("guarded block ran") == 1
+    assert "[0, 3, 6, 9, 12] 9" in proc.stdout
+
+
+@pytest.mark.timeout(60)
+def test_function_typed_at_python_c_fails_clearly_without_cloudpickle():
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["cloudpickle"] = None
+        from interpexec import InterpreterPoolExecutor
+        def f(x):
+            return x
+        with InterpreterPoolExecutor(1) as pool:
+            try:
+                pool.submit(f, 1).result(timeout=20)
+            except Exception as exc:
+                print(type(exc).__name__, exc)
+        """
+    )
+    proc = run_script(code, as_c=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "PicklingError" in proc.stdout and "'f'" in proc.stdout and "interactive" in proc.stdout
+
+
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from interpexec import InterpreterPoolExecutor
+    sys.path.insert(0, {root!r})
+    from tests import fault_helpers as fh
+    pool = InterpreterPoolExecutor(2)
+    futs = [pool.submit(fh.busy_then_value, 0.05, i) for i in range(4)]
+    print(futs[0].result(timeout=20), flush=True)
+    if sys.argv[1] == "nowait":
+        pool.shutdown(wait=False)
+    # "never": no shutdown at all: the pool is joined at exit
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["never", "nowait"])
+def test_process_exits_cleanly_without_waiting_shutdown(tmp_path, how):
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT.format(root=ROOT))
+    proc = run_script("", str(script), how)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0"
+    assert "Fatal" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+CTRL_C_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from interpexec import InterpreterPoolExecutor
+    sys.path.insert(0, {root!r})
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        with InterpreterPoolExecutor(2) as pool:
+            if sys.argv[1] == "map":
+                it = pool.map(fh.busy_then_value, [0.2] * 400, range(400))
+                print("started", flush=True)
+                for _ in it:
+                    pass
+            else:
+                futs = [pool.submit(fh.busy_then_value, 0.2, i) for i in range(400)]
+                print("started", flush=True)
+                futs[-1].result()
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["map", "result"])
+def test_ctrl_c_during_map_or_result_ends_the_process(tmp_path, where):
+    script = tmp_path / "ctrlc.py"
+    script.write_text(CTRL_C_SCRIPT.format(root=ROOT))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), where], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout.readline().strip() == "started"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)  # 400 x 0.2 s of work would take 40 s
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err
+    assert "Fatal Python error" not in err
+
+
+FORK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor, BrokenInterpreterPool
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        pool = InterpreterPoolExecutor(2)
+        print("parent", pool.submit(fh.ok, 1).result(timeout=20), flush=True)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                pool.submit(fh.ok, 2)
+            except BrokenInterpreterPool:
+                print("child: old pool refused", flush=True)
+            with InterpreterPoolExecutor(1) as fresh:
+                print("child", fresh.submit(fh.ok, 3).result(timeout=20), flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child status", status, flush=True)
+        print("parent", pool.submit(fh.ok, 4).result(timeout=20), flush=True)
+        pool.shutdown()
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_fork_with_a_live_pool(tmp_path):
+    script = tmp_path / "forking.py"
+    script.write_text(FORK_SCRIPT.format(root=ROOT))
+    proc = run_script("", "-W", "ignore::DeprecationWarning", str(script))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "child: old pool refused" in lines
+    assert "child 3" in lines
+    assert "child status 0" in lines
+    assert lines[0] == "parent 1" and lines[-1] == "parent 4"
