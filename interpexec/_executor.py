@@ -184,8 +184,7 @@ class InterpreterPoolExecutor(Executor):
             fs = collections.deque(self.submit(call, *args) for args in itertools.islice(args_iter, buffersize))
         else:
             fs = collections.deque(self.submit(call, *args) for args in args_iter)
-        results = _result_iterator(self, fs, args_iter, call, buffersize, end_time, interrupt_on_timeout)
-        return _flatten(results) if chunksize > 1 else results
+        return _MapIterator(self, fs, args_iter, call, buffersize, end_time, interrupt_on_timeout, chunksize > 1)
 
     # ----------------------------------------------------- stopping and life
     def interrupt(self, future: Future[Any]) -> bool:
@@ -255,45 +254,78 @@ def _encode_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
     return (wm.CALL, dumps_callable(fn), encode_call_args(args, kwargs), timeout)
 
 
-def _result_iterator(
-    executor: InterpreterPoolExecutor,
-    fs: collections.deque[Future[Any]],
-    args_iter: Iterator[Any],
-    call: Callable[..., Any],
-    buffersize: int | None,
-    end_time: float | None,
-    interrupt_on_timeout: bool,
-) -> Iterator[Any]:
-    # Yield must be hidden in a closure so that the futures are submitted before
-    # the first iterator value is required (as in concurrent.futures).
-    executor_ref = weakref.ref(executor)
-    del executor
+class _MapIterator:
+    """The iterator ``map`` returns.  Unlike a bare generator it cancels the
+    futures not yet consumed when it is closed or garbage-collected even before
+    the first ``next()``."""
 
-    def generate() -> Iterator[Any]:
+    def __init__(
+        self,
+        executor: InterpreterPoolExecutor,
+        fs: collections.deque[Future[Any]],
+        args_iter: Iterator[Any],
+        call: Callable[..., Any],
+        buffersize: int | None,
+        end_time: float | None,
+        interrupt_on_timeout: bool,
+        chunked: bool,
+    ) -> None:
+        self._executor_ref = weakref.ref(executor)
+        self._fs = fs
+        self._args_iter = args_iter
+        self._call = call
+        self._buffersize = buffersize
+        self._end_time = end_time
+        self._interrupt_on_timeout = interrupt_on_timeout
+        self._chunk: Iterator[Any] | None = iter(()) if chunked else None
+
+    def __iter__(self) -> _MapIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._chunk is None:
+            return self._next_result()
+        while True:
+            for value in self._chunk:
+                return value
+            self._chunk = iter(self._next_result())
+
+    def _next_result(self) -> Any:
+        fs = self._fs
+        if not fs:
+            raise StopIteration
+        if self._buffersize and (ex := self._executor_ref()) is not None:
+            args = next(self._args_iter, None)
+            if args is not None:
+                fs.append(ex.submit(self._call, *args))
+            del ex
+        # The future stays in fs until it has a result, so close() covers it.
+        fut = fs[0]
         try:
-            while fs:
-                if buffersize and (ex := executor_ref()) is not None and (args := next(args_iter, None)) is not None:
-                    fs.append(ex.submit(call, *args))
-                    del ex
-                fut = fs.popleft()
-                try:
-                    if end_time is None:
-                        yield fut.result()
-                    else:
-                        yield fut.result(end_time - time.monotonic())
-                finally:
-                    fut.cancel()
-                del fut
+            if self._end_time is None:
+                value = fut.result()
+            else:
+                value = fut.result(self._end_time - time.monotonic())
         except TimeoutError:
-            if interrupt_on_timeout and (ex := executor_ref()) is not None:
+            if self._interrupt_on_timeout and (ex := self._executor_ref()) is not None:
                 for f in fs:
                     ex.interrupt(f)
+            self.close()
             raise
-        finally:
-            for f in fs:
-                f.cancel()
+        except BaseException:
+            self.close()
+            raise
+        fs.popleft()
+        return value
 
-    return generate()
+    def close(self) -> None:
+        """Cancel the futures not consumed yet."""
+        fs = self._fs
+        while fs:
+            fs.pop().cancel()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class _ChunkCall:
@@ -312,16 +344,6 @@ class _ChunkCall:
 def _chunks(it: Iterator[tuple[Any, ...]], size: int) -> Iterator[tuple[tuple[Any, ...], ...]]:
     while chunk := tuple(itertools.islice(it, size)):
         yield chunk
-
-
-def _flatten(results: Iterator[Any]) -> Iterator[Any]:
-    try:
-        for chunk in results:
-            yield from chunk
-    finally:
-        close = getattr(results, "close", None)
-        if close is not None:
-            close()
 
 
 def default_max_workers() -> int:

@@ -216,6 +216,8 @@ class Pool:
 
     def dispatch_locked(self) -> None:
         """Move pending work into the task channel while the window allows."""
+        if self.closed:
+            return
         pending, inflight = self.pending, self.inflight
         while pending and len(inflight) < self.window:
             tid, item = pending.popleft()
@@ -301,6 +303,8 @@ class Pool:
         handled after releasing it, so callbacks run without our locks held.
         """
         with self.collect_lock:
+            if self.closed:
+                return False
             msgs = self.results.drain()
         for msg in msgs:
             self._handle(msg)
@@ -422,13 +426,15 @@ class Pool:
                     ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                 ctl[COLLECTOR_ASLEEP] = 0
             with self.lock:
-                if not self.workers and (self.shutdown_flag or self.broken):
+                # Retired workers (stuck in C) are not waited for: they finish in
+                # the background, and their late results are not wanted.
+                if (self.shutdown_flag or self.broken) and all(w.retired for w in self.workers.values()):
                     break
         self.collect()
         self._close_channels()
 
     def _close_channels(self) -> None:
-        with self.lock:
+        with self.collect_lock, self.lock:
             if self.closed:
                 return
             self.closed = True
@@ -464,7 +470,7 @@ class Pool:
             return self.broken is None and not worker.retired
 
     def worker_exited(self, worker: Worker, how: str, error: str | None) -> None:
-        if error is not None:
+        if error is not None and not worker.retired:
             self.set_broken(
                 f"A worker interpreter stopped unexpectedly, the pool is not usable anymore:\n{error}", None
             )
@@ -629,7 +635,7 @@ class Pool:
             return {
                 "max_workers": self.max_workers,
                 "workers": workers,
-                "pending": len(self.pending),
+                "pending": sum(1 for _, item in self.pending if not item.future.cancelled()),
                 "in_flight": len(self.inflight),
                 "completed": self.completed,
             }

@@ -405,6 +405,9 @@ def _serve(
                 state.tid = 0
                 state.deadline = 0.0
             out = (tid, STOPPED, None)
+        # Drop the task (and any buffers it was lent, whose release is scheduled
+        # in the caller's interpreter) before the caller can see the result.
+        msg = None
         put(result_qid, out)
         out = None
         # Wake the thread waiting for this very result if there is one (it collects

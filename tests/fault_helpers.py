@@ -76,7 +76,7 @@ def block_in_c(seconds):
     return "woke"
 
 
-def interp_id():
+def interp_id(_ignored=None):
     import _interpreters
 
     return _interpreters.get_current()[0]

@@ -1,0 +1,151 @@
+"""Stopping running work: deadlines (schedule, task_timeout), interrupt(), and
+retiring a worker stuck in C code."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import random
+import threading
+
+import pytest
+
+from interpexec import InterpreterPoolExecutor
+
+from . import fault_helpers as fh
+
+
+def _interpreters_alive() -> int:
+    import _interpreters
+
+    return len(_interpreters.list_all())
+
+
+@pytest.mark.timeout(30)
+def test_pure_python_loop_is_stopped_at_its_deadline_and_worker_is_reused():
+    with InterpreterPoolExecutor(1) as ex:
+        first = ex.submit(fh.interp_id).result(timeout=20)
+        fut = ex.schedule(fh.spin_forever, timeout=0.2)
+        with pytest.raises(TimeoutError):
+            fut.result(timeout=10)
+        assert not fut.cancelled()
+        # The same worker (same interpreter) takes the next task.
+        assert ex.submit(fh.interp_id).result(timeout=10) == first
+
+
+@pytest.mark.timeout(30)
+def test_stopped_task_runs_its_finally_blocks():
+    rfd, wfd = os.pipe()
+    try:
+        with InterpreterPoolExecutor(1) as ex:
+            fut = ex.schedule(fh.spin_with_cleanup, (wfd,), timeout=0.1)
+            with pytest.raises(TimeoutError):
+                fut.result(timeout=10)
+            assert os.read(rfd, 16) == b"cleaned"
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+
+
+@pytest.mark.timeout(30)
+def test_pool_wide_task_timeout_applies_to_submit():
+    with InterpreterPoolExecutor(1, task_timeout=0.2) as ex:
+        with pytest.raises(TimeoutError):
+            ex.submit(fh.spin_forever).result(timeout=10)
+        assert ex.submit(fh.ok, 3).result(timeout=10) == 3
+        # schedule() can override the default.
+        assert ex.schedule(fh.busy_then_value, (0.3, "long"), timeout=5).result(timeout=10) == "long"
+
+
+@pytest.mark.timeout(30)
+def test_interrupt_stops_a_running_task_and_cancel_keeps_its_meaning():
+    with InterpreterPoolExecutor(1) as ex:
+        running = ex.submit(fh.spin_forever)
+        queued = ex.submit(fh.ok, 1)
+        # Wait until it runs: a second task cannot start before it.
+        assert not running.cancel()  # standard meaning: a running task is not cancelled
+        assert ex.interrupt(running)
+        assert running.cancelled()
+        with pytest.raises(cf.CancelledError):
+            running.result(timeout=1)
+        assert queued.result(timeout=10) == 1
+        done = ex.submit(fh.ok, 2)
+        assert done.result(timeout=10) == 2
+        assert not ex.interrupt(done)  # already finished
+
+
+@pytest.mark.timeout(30)
+def test_interrupt_a_pending_task_cancels_it():
+    with InterpreterPoolExecutor(1) as ex:
+        blocker = ex.submit(fh.spin_forever)
+        pending = [ex.submit(fh.ok, i) for i in range(50)]
+        assert ex.interrupt(pending[-1])
+        assert pending[-1].cancelled()
+        assert ex.interrupt(blocker)
+        assert [f.result(timeout=10) for f in pending[:-1]] == list(range(49))
+
+
+@pytest.mark.timeout(60)
+def test_stuck_c_call_is_retired_and_capacity_comes_back():
+    with InterpreterPoolExecutor(2, interrupt_grace=0.2) as ex:
+        ex.prestart()
+        stuck = ex.schedule(fh.block_in_c, (5,), timeout=0.1)
+        with pytest.raises(TimeoutError):
+            stuck.result(timeout=10)
+        # The next tasks run on two live workers without waiting for the stuck one
+        # (which would block them for 5 s).
+        futs = [ex.submit(fh.busy_then_value, 0.3, i) for i in range(2)]
+        assert [f.result(timeout=4) for f in futs] == [0, 1]
+        stats = ex.stats()
+        assert sum(1 for w in stats["workers"] if not w["retired"]) == 2
+        assert any(w["retired"] for w in stats["workers"])
+
+
+@pytest.mark.timeout(120)
+def test_random_deadlines_and_interrupts_leave_nothing_behind():
+    threads_before = threading.active_count()
+    interps_before = _interpreters_alive()
+    rng = random.Random(1234)
+    with InterpreterPoolExecutor(2, interrupt_grace=0.5) as ex:
+        futs = []
+        for i in range(1000):
+            kind = rng.random()
+            if kind < 0.3:
+                futs.append(ex.schedule(fh.busy_then_value, (rng.random() * 0.004, i), timeout=rng.random() * 0.004))
+            else:
+                futs.append(ex.submit(fh.busy_then_value, rng.random() * 0.002, i))
+            if rng.random() < 0.2:
+                ex.interrupt(rng.choice(futs))
+        done, not_done = cf.wait(futs, timeout=90)
+        assert not not_done
+        for i, f in enumerate(futs):
+            if f.cancelled():
+                continue
+            exc = f.exception()
+            assert exc is None or isinstance(exc, TimeoutError), repr(exc)
+            if exc is None:
+                assert f.result() == i
+    # (<=: a thread retired by an earlier test may have finished meanwhile)
+    assert threading.active_count() <= threads_before
+    assert _interpreters_alive() <= interps_before
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_can_interrupt_running_tasks():
+    ex = InterpreterPoolExecutor(2)
+    running = [ex.submit(fh.spin_forever) for _ in range(2)]
+    queued = [ex.submit(fh.ok, i) for i in range(10)]
+    ex.shutdown(wait=True, cancel_futures=True, interrupt_running=True)
+    assert all(f.cancelled() for f in running)
+    assert all(f.done() for f in queued)
+
+
+@pytest.mark.timeout(60)
+def test_map_timeout_can_interrupt_running_tasks():
+    with InterpreterPoolExecutor(2) as ex:
+        it = ex.map(fh.busy_then_value, [0.05, 30, 30], ["a", "b", "c"], timeout=1, interrupt_on_timeout=True)
+        assert next(it) == "a"
+        with pytest.raises(TimeoutError):
+            next(it)
+        # The long tasks were stopped: the pool is free again at once.
+        assert ex.submit(fh.ok, 1).result(timeout=5) == 1

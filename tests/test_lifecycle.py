@@ -1,0 +1,133 @@
+"""Pool lifecycle: prestart, recycling, idle workers, the reusable pool, map's
+buffersize and cancellation on close, stats."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import interpexec
+from interpexec import InterpreterPoolExecutor, get_reusable_executor
+
+from . import fault_helpers as fh
+
+
+@pytest.mark.timeout(30)
+def test_prestart_starts_every_worker_before_any_task():
+    with InterpreterPoolExecutor(3, thread_name_prefix="ie-prestart") as ex:
+        ex.prestart()
+        workers = ex.stats()["workers"]
+        assert len(workers) == 3
+        assert all(w["interpreter_id"] for w in workers)
+        assert len({w["interpreter_id"] for w in workers}) == 3
+        names = [t.name for t in threading.enumerate() if t.name.startswith("ie-prestart")]
+        assert len([n for n in names if not n.endswith("collector")]) == 3
+
+
+@pytest.mark.timeout(60)
+def test_max_tasks_per_child_recycles_interpreters_without_losing_work():
+    with InterpreterPoolExecutor(2, max_tasks_per_child=5) as ex:
+        results = list(ex.map(fh.interp_id, range(60)))
+        # Every 5 tasks a worker gets a fresh interpreter: many distinct ids.
+        assert len(set(results)) >= 60 // 5
+        stats = ex.stats()
+        assert sum(w["restarts"] for w in stats["workers"]) >= 60 // 5 - 2
+        assert stats["completed"] >= 60
+
+
+@pytest.mark.timeout(30)
+def test_idle_workers_release_their_interpreters_and_come_back():
+    import _interpreters
+
+    with InterpreterPoolExecutor(2, idle_timeout=0.1) as ex:
+        assert ex.submit(fh.ok, 1).result(timeout=10) == 1
+        # Wait until the idle workers have gone (a blocking wait on the pool's own
+        # condition, not a sleep): both threads end.
+        deadline_threads = [t for t in threading.enumerate() if "InterpreterPoolExecutor" in t.name]
+        for t in deadline_threads:
+            if not t.name.endswith("collector"):
+                t.join(timeout=10)
+        assert ex.stats()["workers"] == []
+        assert len(_interpreters.list_all()) == 1
+        assert ex.submit(fh.ok, 2).result(timeout=10) == 2
+
+
+@pytest.mark.timeout(30)
+def test_reusable_executor_is_reused_resized_and_recreated():
+    a = get_reusable_executor(2)
+    assert get_reusable_executor(2) is a
+    assert get_reusable_executor() is a
+    assert a.submit(fh.ok, 1).result(timeout=10) == 1
+    b = get_reusable_executor(3)
+    assert b is not a and b._max_workers == 3
+    assert b.submit(fh.ok, 2).result(timeout=10) == 2
+    b.shutdown()
+    c = get_reusable_executor()
+    assert c is not b and c.submit(fh.ok, 3).result(timeout=10) == 3
+    c.shutdown()
+
+
+@pytest.mark.timeout(30)
+def test_map_buffersize_bounds_submissions():
+    with InterpreterPoolExecutor(2) as ex:
+        consumed = []
+
+        def source():
+            for i in range(100):
+                consumed.append(i)
+                yield i
+
+        it = ex.map(fh.ok, source(), buffersize=4)
+        assert len(consumed) == 4
+        assert next(it) == 0
+        assert len(consumed) <= 6
+        assert list(it) == list(range(1, 100))
+
+
+@pytest.mark.timeout(30)
+def test_closing_map_iterator_cancels_unconsumed_futures():
+    with InterpreterPoolExecutor(1) as ex:
+        blocker = ex.submit(fh.busy_then_value, 0.3, "x")
+        it = ex.map(fh.ok, range(200))
+        fs_before = ex.stats()["pending"]
+        assert fs_before > 0
+        it.close()
+        assert ex.stats()["pending"] == 0
+        assert blocker.result(timeout=10) == "x"
+
+
+@pytest.mark.timeout(30)
+def test_garbage_collected_map_iterator_cancels_too():
+    with InterpreterPoolExecutor(1) as ex:
+        blocker = ex.submit(fh.busy_then_value, 0.3, "x")
+        it = ex.map(fh.ok, range(200))
+        assert ex.stats()["pending"] > 0
+        del it
+        gc.collect()
+        assert ex.stats()["pending"] == 0
+        assert blocker.result(timeout=10) == "x"
+
+
+@pytest.mark.timeout(30)
+def test_mp_context_is_accepted_and_ignored():
+    import multiprocessing
+
+    with InterpreterPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        assert ex.submit(fh.ok, 5).result(timeout=10) == 5
+
+
+@pytest.mark.timeout(30)
+def test_stats_counts_work():
+    with InterpreterPoolExecutor(2) as ex:
+        list(ex.map(fh.ok, range(50)))
+        stats = ex.stats()
+        assert stats["completed"] == 50
+        assert stats["pending"] == 0 and stats["in_flight"] == 0
+        assert stats["max_workers"] == 2
+
+
+def test_public_names():
+    for name in interpexec.__all__:
+        assert getattr(interpexec, name) is not None
