@@ -142,7 +142,7 @@ class InterpreterPoolExecutor(Executor):
             if exiting():
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if msg is not None:
-                pool.enqueue_locked(fut, msg)
+                pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
                 return fut
         # Could not be encoded: fail this future only.
         fut.set_running_or_notify_cancel()

@@ -79,11 +79,14 @@ class BrokenInterpreterPool(*_broken_bases):  # type: ignore[misc]
 
 
 class WorkItem:
-    __slots__ = ("future", "msg", "waiter_fd", "waiter_thread", "watched")
+    __slots__ = ("args", "future", "msg", "waiter_fd", "waiter_thread", "watched")
 
-    def __init__(self, future: PoolFuture[Any], msg: tuple[Any, ...]) -> None:
+    def __init__(self, future: PoolFuture[Any], msg: tuple[Any, ...], args: Any) -> None:
         self.future = future
         self.msg = msg
+        # The call's own arguments stay alive until it completes (a Queue or a
+        # shared buffer passed to the task must outlive it, as with processes).
+        self.args = args
         self.waiter_fd = 0  # write end (+1) of the pipe of a thread blocked in result()
         self.waiter_thread = 0
         self.watched = False  # has callbacks or wait() waiters: deliver promptly
@@ -206,12 +209,12 @@ class Pool:
         return exc
 
     # -------------------------------------------------------------- dispatch
-    def enqueue_locked(self, fut: PoolFuture[Any], msg: tuple[Any, ...]) -> None:
+    def enqueue_locked(self, fut: PoolFuture[Any], msg: tuple[Any, ...], args: Any) -> None:
         if self.active < self.max_workers or not self.started:
             self.start_locked()
         tid = next(self.tid)
         fut.bind(self, tid)
-        self.pending.append((tid, WorkItem(fut, (tid, *msg))))
+        self.pending.append((tid, WorkItem(fut, (tid, *msg), args)))
         self.dispatch_locked()
 
     def dispatch_locked(self) -> None:
