@@ -57,8 +57,10 @@ class IncompatibleModuleError(ImportError):
 
     def __init__(self, module: str, detail: str = "") -> None:
         version = "%d.%d" % sys.version_info[:2]
+        top = module.partition(".")[0]
+        part = f" (part of {top!r})" if top != module else ""
         msg = (
-            f"module {module!r} cannot be imported inside an interpexec worker on "
+            f"module {module!r}{part} cannot be imported inside an interpexec worker on "
             f"Python {version}: it does not support isolated subinterpreters"
             + (f" ({detail})" if detail else "")
             + ". Remedies: run this work on a concurrent.futures.ProcessPoolExecutor, "

@@ -48,6 +48,10 @@ class InterpreterPoolExecutor(Executor):
     ``interrupt_grace``
         Seconds a task that was stopped gets to return to Python (a long C call
         cannot be interrupted) before its worker is retired and replaced.
+    ``forward_logs``
+        Records that tasks emit with :mod:`logging` reach the same-named loggers
+        here, so the handlers you configured see them (on by default; workers
+        log at the level the root logger had when the pool was created).
 
     ``mp_context`` is accepted for signature compatibility and has no effect.
     """
@@ -64,6 +68,7 @@ class InterpreterPoolExecutor(Executor):
         task_timeout: float | None = None,
         idle_timeout: float | None = None,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        forward_logs: bool = True,
     ) -> None:
         if _shared._in_worker:
             raise RuntimeError(
@@ -98,6 +103,7 @@ class InterpreterPoolExecutor(Executor):
             thread_name_prefix,
             idle_timeout,
             float(interrupt_grace),
+            _parent_log_level() if forward_logs else None,
         )
         LIVE_POOLS.add(self._pool)
         weakref.finalize(self, Pool.shutdown, self._pool, False, False)
@@ -344,6 +350,16 @@ class _ChunkCall:
 def _chunks(it: Iterator[tuple[Any, ...]], size: int) -> Iterator[tuple[tuple[Any, ...], ...]]:
     while chunk := tuple(itertools.islice(it, size)):
         yield chunk
+
+
+def _parent_log_level() -> int:
+    """The level workers log at: this process's root logger's, at pool creation."""
+    import sys
+
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return 30  # logging.WARNING, the default, without importing logging here
+    return int(logging.getLogger().getEffectiveLevel())
 
 
 def default_max_workers() -> int:

@@ -118,12 +118,14 @@ class Pool:
         thread_name_prefix: str,
         idle_timeout: float | None,
         interrupt_grace: float,
+        log_level: int | None = None,
     ) -> None:
         self.max_workers = max_workers
         self.max_tasks_per_child = max_tasks_per_child
         self.thread_name_prefix = thread_name_prefix or f"InterpreterPoolExecutor-{next(_pool_counter)}"
         self.idle_timeout = idle_timeout
         self.interrupt_grace = interrupt_grace
+        self.log_level = log_level
         self.init_blob: bytes | None = (
             None if initializer is None else pickle.dumps((initializer, tuple(initargs)), protocol=5)
         )
@@ -404,6 +406,8 @@ class Pool:
             self.set_broken("A worker initializer failed, the pool is not usable anymore", unpack_exception(data))
         elif event == wm.EV_STUCK:
             self._retire(slot, data)
+        elif event == wm.EV_LOG:
+            _forward_log(data)
 
     def _retire(self, slot: int, tid: int) -> None:
         """A task did not return to Python in time after being stopped: give up on
@@ -624,24 +628,54 @@ class Pool:
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> dict[str, Any]:
+        ctl, layout = self.ctl, self.layout
+        now = time.monotonic()
         with self.lock:
-            workers = [
-                {
-                    "slot": w.slot,
-                    "thread": w.name,
-                    "interpreter_id": w.interp_id,
-                    "restarts": w.restarts,
-                    "retired": w.retired,
-                }
-                for w in sorted(self.workers.values(), key=lambda w: w.slot)
-            ]
+            workers = []
+            for w in sorted(self.workers.values(), key=lambda w: w.slot):
+                busy = (ctl[layout.busy_ns + w.slot] - w.base_busy_ns) / 1e9
+                workers.append(
+                    {
+                        "slot": w.slot,
+                        "thread": w.name,
+                        "interpreter_id": w.interp_id,
+                        "tasks_completed": ctl[layout.tasks_done + w.slot] - w.base_done,
+                        "busy_seconds": busy,
+                        "idle_seconds": max(0.0, now - w.born - busy),
+                        "restarts": w.restarts,
+                        "retired": w.retired,
+                    }
+                )
+            pending = sum(1 for _, item in self.pending if not item.future.cancelled())
             return {
                 "max_workers": self.max_workers,
                 "workers": workers,
-                "pending": sum(1 for _, item in self.pending if not item.future.cancelled()),
+                "pending": pending,
                 "in_flight": len(self.inflight),
+                # dispatched minus still queued: what the workers have taken
+                "running": max(0, len(self.inflight) - (0 if self.closed else queue_count(self.tasks.qid))),
                 "completed": self.completed,
             }
+
+
+def _forward_log(fields: tuple[Any, ...]) -> None:
+    """Hand a worker's logging record to the same-named logger here."""
+    import logging
+
+    name, levelno, pathname, lineno, msg, exc_text, func, created, thread_name, interp = fields
+    logger = logging.getLogger(name if name != "root" else None)
+    if not logger.isEnabledFor(levelno):
+        return
+    record = logging.makeLogRecord(
+        {
+            "name": name, "levelno": levelno, "levelname": logging.getLevelName(levelno), "pathname": pathname,
+            "filename": os.path.basename(pathname), "module": os.path.splitext(os.path.basename(pathname))[0],
+            "lineno": lineno, "msg": msg, "args": None, "exc_text": exc_text, "funcName": func, "created": created,
+            "msecs": (created - int(created)) * 1000, "threadName": thread_name, "interpreter": interp,
+            "processName": f"interpreter-{interp}",
+        }
+    )
+    logger.handle(record)
 
 
 def _set_exception(fut: PoolFuture[Any], exc: BaseException) -> None:

@@ -265,6 +265,8 @@ class Channel:
 #   [ASLEEP + i]                  1 while worker i blocks on the task pipe
 #   [TASK_READ + i]               task wake-up bytes worker i has read
 #   [RESULT_WRITTEN + i]          result wake-up bytes worker i has written
+#   [TASKS_DONE + i], [BUSY_NS + i]  tasks worker i finished, and the nanoseconds it
+#                                 spent running them (for executor.stats())
 #   [WAITERS + tid % NSLOTS]      write-end fd + 1 of the pipe of a thread blocked in
 #                                 Future.result() for task tid, else 0
 #
@@ -287,14 +289,16 @@ class ControlLayout:
     """Offsets into the control block for ``slots`` worker slots (more slots than
     workers: a retired worker keeps its slot until its thread ends)."""
 
-    __slots__ = ("asleep", "result_written", "size", "slots", "task_read", "waiters")
+    __slots__ = ("asleep", "busy_ns", "result_written", "size", "slots", "task_read", "tasks_done", "waiters")
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
         self.asleep = 4
         self.task_read = self.asleep + slots
         self.result_written = self.task_read + slots
-        self.waiters = self.result_written + slots
+        self.tasks_done = self.result_written + slots
+        self.busy_ns = self.tasks_done + slots
+        self.waiters = self.busy_ns + slots
         self.size = self.waiters + NSLOTS
 
     def asleep_bytes(self) -> tuple[int, int]:

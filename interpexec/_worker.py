@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from . import _compat
@@ -29,7 +30,7 @@ sys.path[:] = {path!r}
 from interpexec._worker_main import serve
 from interpexec._compat import queue_get
 _reason = serve(queue_get({handoff!r}), {slots!r}, {tasks!r}, {results!r}, {commands!r}, {index!r},
-                {max_tasks!r}, {idle_timeout!r}, {grace!r}, {init!r}, {main_path!r}, {main_name!r})
+                {max_tasks!r}, {idle_timeout!r}, {grace!r}, {init!r}, {main_path!r}, {main_name!r}, {log_level!r})
 if _reason:
     raise SystemExit({mark!r} + _reason)
 """
@@ -49,6 +50,11 @@ class Worker:
         self.commands = Channel()
         self.handoff = 0
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.born = time.monotonic()
+        ctl, layout = pool.ctl, pool.layout
+        # The slot's counters keep counting across workers: remember where we start.
+        self.base_done = ctl[layout.tasks_done + slot]
+        self.base_busy_ns = ctl[layout.busy_ns + slot]
 
     def start(self) -> None:
         self.thread.start()
@@ -69,6 +75,7 @@ class Worker:
             init=pool.init_blob,
             main_path=pool.main_path,
             main_name=pool.main_name,
+            log_level=pool.log_level,
             mark=_EXIT_MARK,
         )
 

@@ -71,6 +71,7 @@ STOPPED = 4
 EV_STARTED = 0  # data: interpreter id
 EV_INIT_FAILED = 1  # data: packed exception
 EV_STUCK = 2  # data: tid that did not return to Python within the grace period
+EV_LOG = 3  # data: a logging record's fields (see _LogForwarder)
 # commands
 INTERRUPT = 0
 CMD_STOP = 1
@@ -110,7 +111,6 @@ class _MainFixup:
         return not self.done and isinstance(exc, (AttributeError, ImportError)) and "__main__" in str(exc)
 
     def apply(self) -> None:
-        self.done = True
         import runpy
         import types
 
@@ -120,10 +120,13 @@ class _MainFixup:
         elif path and os.path.exists(path):
             namespace = runpy.run_path(path, run_name="__mp_main__")
         else:
+            self.done = True
             return
         module = types.ModuleType("__mp_main__")
         module.__dict__.update(namespace)
         sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+        # Only now: a task stopped while the script was running gets it re-run.
+        self.done = True
 
 
 class _TaskState:
@@ -140,6 +143,42 @@ class _TaskState:
         self.retired = False
         self.cancelled: deque[int] = deque(maxlen=_CANCELLED_MAX)
         self.thread_id = _thread.get_ident()
+
+
+class _LogForwarder:
+    """Sends ``logging`` records emitted inside this worker to the caller, whose
+    own handlers then handle them.  Installed once the task code has imported
+    ``logging`` (a worker that never logs never imports it)."""
+
+    def __init__(self, results: Channel, index: int) -> None:
+        self.results = results
+        self.index = index
+        self.installed = False
+
+    def install(self, level: int) -> None:
+        import logging
+
+        self.installed = True
+        results, index = self.results, self.index
+        interp = _compat.current_interpreter_id()
+
+        class ForwardHandler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                try:
+                    exc_text = record.exc_text
+                    if record.exc_info and not exc_text:
+                        exc_text = logging.Formatter().formatException(record.exc_info)
+                    fields = (
+                        record.name, record.levelno, record.pathname, record.lineno, record.getMessage(),
+                        exc_text, record.funcName, record.created, record.threadName, interp,
+                    )
+                    results.put((-1, EVENT, index, EV_LOG, fields))
+                except Exception:
+                    self.handleError(record)
+
+        root = logging.getLogger()
+        root.addHandler(ForwardHandler())
+        root.setLevel(level)
 
 
 def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
@@ -238,9 +277,11 @@ def serve(
     init_blob: bytes | None,
     main_path: str | None,
     main_name: str | None,
+    log_level: int | None = None,
 ) -> str | None:
     """Run tasks until STOP (returns None) or until the worker must go (returns
-    one of the EXIT_* reasons)."""
+    one of the EXIT_* reasons).  ``log_level``: forward ``logging`` records at or
+    above it to the caller's handlers (None: do not forward)."""
     # The watchdog needs this interpreter's GIL to stop a task that holds it; by
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
     sys.setswitchinterval(0.0005)
@@ -252,7 +293,7 @@ def serve(
     watchdog.start()
     try:
         return _serve(control, slots, tasks, results, state, watchdog, index, max_tasks, idle_timeout,
-                      init_blob, _MainFixup(main_path, main_name))
+                      init_blob, _MainFixup(main_path, main_name), log_level)
     finally:
         watchdog.stop()
 
@@ -269,6 +310,7 @@ def _serve(
     idle_timeout: float | None,
     init_blob: bytes | None,
     fixup: _MainFixup,
+    log_level: int | None,
 ) -> str | None:
     fn_cache: dict[bytes, Callable[..., Any]] = {}
 
@@ -326,6 +368,8 @@ def _serve(
             watchdog.poke()
         try:
             fn = load_fn(msg[2])
+            if log_level is not None and "logging" in sys.modules and not logs.installed:
+                logs.install(log_level)
             if kind == CALL:
                 args, kwargs = load_payload(msg[3])
                 value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
@@ -367,6 +411,10 @@ def _serve(
     yield_cpu = os.sched_yield
     spin = SPIN
     done = 0
+    logs = _LogForwarder(results, index)
+    tasks_done = layout.tasks_done + index
+    busy_ns = layout.busy_ns + index
+    clock = time.perf_counter_ns
     while True:
         msg = get(empty)
         if msg is empty and spin:
@@ -398,6 +446,7 @@ def _serve(
         if msg[1] == STOP:
             return None
         tid = msg[0]
+        started = clock()
         try:
             out = run(msg)
         except Interrupted:  # landed just outside the task's own try
@@ -436,6 +485,8 @@ def _serve(
             return EXIT_RETIRED
         if ctl[PARK]:
             return EXIT_PARK
+        ctl[busy_ns] += clock() - started
+        ctl[tasks_done] += 1
         done += 1
         if max_tasks and done >= max_tasks:
             return EXIT_RECYCLE

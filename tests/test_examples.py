@@ -1,0 +1,46 @@
+"""Every example in examples/ runs as a script (with small sizes) and succeeds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+# script -> (arguments for a quick run, text its output must contain)
+CASES = {
+    "quickstart.py": ((), "1229"),
+    "cpu_bound.py": (("300",), "interpexec"),
+    "shared_numpy.py": (("20000",), "transformed 20,000 floats"),
+    "timeouts.py": ((), "interrupted: the future is cancelled"),
+    "worker_logging.py": ((), "[0, 1, 4, 9]"),
+}
+
+
+def test_every_example_is_listed():
+    scripts = {f for f in os.listdir(EXAMPLES) if f.endswith(".py") and not f.startswith("_")}
+    assert scripts <= set(CASES) | set(EXTRA_CASES), f"examples without a test: {scripts - set(CASES) - set(EXTRA_CASES)}"
+
+
+# Examples that need more than the test extra, or a service: added by their own modules.
+EXTRA_CASES: dict[str, tuple[tuple[str, ...], str]] = {}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("script", sorted(CASES))
+def test_example_runs(script):
+    args, expected = CASES[script]
+    with open(os.path.join(EXAMPLES, script)) as f:
+        header = f.read(400)
+    assert header.startswith('"""'), f"{script} needs a header docstring saying what it shows"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, script), *args],
+        capture_output=True, text=True, timeout=110, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert expected in proc.stdout + proc.stderr
