@@ -37,7 +37,7 @@ if __name__ == "__main__":
     with InterpreterPoolExecutor() as pool:
         step = -(-n // (4 * pool._max_workers))
         bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
-        done = sum(pool.map(smooth_chunk, [shared] * len(bounds), *zip(*bounds)))
+        done = sum(pool.map(smooth_chunk, [shared] * len(bounds), *zip(*bounds, strict=True)))
 
     assert done == n
     assert np.allclose(arr, expected)

@@ -31,8 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--records", type=_positive, default=20000, help="records per task (default: 20000)")
 
     doctor = sub.add_parser("doctor", help="check which modules import inside a worker interpreter")
-    doctor.add_argument("modules", nargs="*", metavar="MODULE",
-                        help="modules to check (default: every top-level module of the installed distributions)")
+    doctor.add_argument(
+        "modules",
+        nargs="*",
+        metavar="MODULE",
+        help="modules to check (default: every top-level module of the installed distributions)",
+    )
 
     sub.add_parser("info", help="Python build, subinterpreter support, CPUs and default worker count")
     return parser

@@ -25,21 +25,20 @@ imports nothing heavy.
 
 from __future__ import annotations
 
-import sys
-
 import _interpqueues
 import _interpreters
 import _queue
+import sys
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Literal
 
 __all__ = [
+    "VERSION",
     "ExecFailure",
     "InterpreterError",
     "NotShareableError",
-    "VERSION",
     "create_interpreter",
     "current_interpreter_id",
     "destroy_interpreter",
@@ -65,7 +64,7 @@ NotShareableError: type[Exception] = _interpreters.NotShareableError
 
 # Unbound-item operations (what happens to an item when the interpreter that put it
 # is destroyed): the same numbers on every supported version.
-_UNBOUND_REMOVE = 1
+_UNBOUND_REMOVE: Literal[1] = 1
 
 
 def create_interpreter() -> int:
@@ -122,7 +121,7 @@ def run_string(interp_id: int, source: str, shared: dict[str, Any] | None = None
     return ExecFailure(type_name, message, str(text) if text else repr(excinfo))
 
 
-if VERSION == (3, 13):
+if sys.version_info < (3, 14):
 
     def queue_create(maxsize: int = 0) -> int:
         qid = int(_interpqueues.create(maxsize, 0, _UNBOUND_REMOVE))
@@ -141,6 +140,7 @@ else:
 
     def queue_put(qid: int, obj: Any) -> None:
         _interpqueues.put(qid, obj, _UNBOUND_REMOVE)
+
 
 def queue_get(qid: int, default: Any = None) -> Any:
     """Return the next item of the queue, or ``default`` when it is empty."""
@@ -182,9 +182,7 @@ def queue_put_nowait(qid: int, obj: Any) -> bool:
     """Put unless the queue is at its maxsize; False when it is full."""
     try:
         queue_put(qid, obj)
-    except _queue.Full:
-        return False
-    except Exception:
+    except Exception:  # the stdlib wrapper's QueueFull (imported by the C module)
         if _interpqueues.is_full(qid):
             return False
         raise

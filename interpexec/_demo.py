@@ -56,9 +56,7 @@ def work(seed: int, records: int = 20000) -> str:
         per_status.setdefault(m["status"], []).append(int(m["ms"]))
         per_method[m["method"]] = per_method.get(m["method"], 0) + 1
         tag_sum += sum(t * t for t in rec["tags"]) % 97
-    summary = {
-        status: (len(v), sum(v) // len(v), sorted(v)[len(v) // 2]) for status, v in sorted(per_status.items())
-    }
+    summary = {status: (len(v), sum(v) // len(v), sorted(v)[len(v) // 2]) for status, v in sorted(per_status.items())}
     text = json.dumps([summary, sorted(per_method.items()), tag_sum], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -115,7 +113,9 @@ def run_demo(
         return res
 
     def processes() -> list[str]:
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+        ctx = multiprocessing.get_context(
+            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        )
         with cf.ProcessPoolExecutor(workers, mp_context=ctx) as ex:
             return _run_executor(ex, seeds, records, "ProcessPoolExecutor")
 
@@ -133,12 +133,12 @@ def run_demo(
     for label, secs in rows:
         out.write(f"  {label:<22}{secs:>10.2f}{base / secs:>9.2f}x\n")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    out.write(f"\n  (the ideal speedup is min(workers, cores) = {min(workers, cores or 1)}x; process start-up and\n"
-              "  pickling cost ProcessPoolExecutor, interpreter start-up costs interpexec)\n")
+    out.write(
+        f"\n  (the ideal speedup is min(workers, cores) = {min(workers, cores or 1)}x; process start-up and\n"
+        "  pickling cost ProcessPoolExecutor, interpreter start-up costs interpexec)\n"
+    )
     if mismatch:
         out.write(f"error: results differ from the serial run for: {', '.join(mismatch)}\n")
         return 1
     out.write("  all results equal the serial run\n")
     return 0
-
-

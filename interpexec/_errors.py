@@ -6,7 +6,6 @@ Imported inside worker interpreters, so it stays light (no concurrent.futures).
 from __future__ import annotations
 
 import sys
-
 from _pickle import dumps, loads
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
@@ -154,8 +153,9 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
         message = str(exc)
     except Exception:
         message = f"<unprintable {tp.__qualname__}>"
+    blob: bytes | None
     try:
-        blob: bytes | None = dumps(exc, protocol=5)
+        blob = dumps(exc, protocol=5)
         loads(blob)  # it must also come back out on the other side
     except BaseException:
         blob = None
@@ -186,7 +186,7 @@ def _unpack_one(packed: Packed) -> BaseException:
     exc: BaseException | None = None
     if blob is not None:
         try:
-            exc = loads(blob)
+            exc = loads(bytes(blob))
         except BaseException:
             exc = None
         if not isinstance(exc, BaseException):

@@ -12,13 +12,13 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from . import _shared
 from . import _worker_main as wm
 from ._future import PoolFuture
-from ._pool import LIVE_POOLS, BrokenInterpreterPool, Pool, exiting
 from ._pickling import dumps_callable
+from ._pool import LIVE_POOLS, BrokenInterpreterPool, Pool, exiting
 from ._transport import encode_call_args, encode_columns
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
@@ -73,7 +73,7 @@ class InterpreterPoolExecutor(Executor):
         if _shared._in_worker:
             raise RuntimeError(
                 "an InterpreterPoolExecutor cannot be created inside an interpexec worker: create pools in the "
-                "main program only (guard module-level pools with `if __name__ == \"__main__\":`)"
+                'main program only (guard module-level pools with `if __name__ == "__main__":`)'
             )
         if max_workers is None:
             max_workers = default_max_workers()
@@ -132,7 +132,9 @@ class InterpreterPoolExecutor(Executor):
         _check_timeout("timeout", timeout)
         return self._submit(fn, tuple(args), kwargs or {}, self._task_timeout if timeout is None else timeout)
 
-    def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None) -> Future[T]:
+    def _submit(
+        self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
+    ) -> Future[T]:
         pool = self._pool
         if pool.window_full():
             pool.collect()  # make room here rather than wake the collector thread
@@ -181,7 +183,7 @@ class InterpreterPoolExecutor(Executor):
             if buffersize < 1:
                 raise ValueError("buffersize must be None or > 0")
         end_time = None if timeout is None else timeout + time.monotonic()
-        args_iter: Iterator[Any] = zip(*iterables)
+        args_iter: Iterator[Any] = zip(*iterables, strict=False)  # map stops at the shortest
         call: Callable[..., Any] = fn
         if chunksize > 1:
             args_iter = ((chunk,) for chunk in _chunks(args_iter, chunksize))
@@ -231,7 +233,7 @@ class InterpreterPoolExecutor(Executor):
         """A snapshot of the pool: per worker and totals."""
         return self._pool.stats()
 
-    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> bool | None:
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> Literal[False]:
         # On Ctrl-C inside the block, drop the work not started yet.
         self.shutdown(wait=True, cancel_futures=exc_type is not None and issubclass(exc_type, KeyboardInterrupt))
         return False
@@ -248,12 +250,14 @@ def _check_timeout(name: str, value: float | None) -> None:
         raise ValueError(f"{name} must be None or a number >= 0")
 
 
-def _encode_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None) -> tuple[Any, ...]:
+def _encode_call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
+) -> tuple[Any, ...]:
     if timeout is not None:
         timeout = float(timeout)
     if type(fn) is _ChunkCall:
         # A chunk travels as argument columns: fn(*row) for row in zip(*columns).
-        columns = tuple(zip(*args[0]))
+        columns = tuple(zip(*args[0], strict=True))
         return (wm.CHUNK, dumps_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
     if not callable(fn):
         raise TypeError(f"{fn!r} is not callable")

@@ -85,6 +85,3 @@ class _WaiterList(list[Any]):
     def append(self, waiter: Any) -> None:
         self._pool.watch_tid(self._tid)
         super().append(waiter)
-
-
-

@@ -37,15 +37,16 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import _base
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from typing import Any
 
 from . import _worker_main as wm
 from ._compat import queue_count, queue_put
 from ._errors import unpack_exception
-from ._shared import relend
 from ._future import WAITABLE, PoolFuture
+from ._shared import relend
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_NEEDED,
@@ -64,7 +65,9 @@ from ._transport import (
 from ._worker import Worker
 
 try:  # 3.14+
-    from concurrent.futures.interpreter import BrokenInterpreterPool as _StdBroken
+    from concurrent.futures.interpreter import (  # type: ignore[import-not-found,unused-ignore]
+        BrokenInterpreterPool as _StdBroken,
+    )
 
     _broken_bases: tuple[type, ...] = (BrokenProcessPool, _StdBroken)
 except ImportError:  # 3.13
@@ -286,6 +289,7 @@ class Pool:
 
     def window_full(self) -> bool:
         return len(self.inflight) >= self.window
+
     def _wake_a_worker(self, force: bool = False) -> None:
         """Write a task wake-up byte unless every sleeping worker already has one
         coming (sleepers <= wake-up bytes written and not yet read)."""
@@ -545,8 +549,10 @@ class Pool:
                 break
             for t in threads:
                 t.join()
-        if self.collector is not None and self.collector is not me and not any(
-            w.thread is me for w in list(self.workers.values())
+        if (
+            self.collector is not None
+            and self.collector is not me
+            and not any(w.thread is me for w in list(self.workers.values()))
         ):
             self.collector.join()
 
@@ -668,10 +674,21 @@ def _forward_log(fields: tuple[Any, ...]) -> None:
         return
     record = logging.makeLogRecord(
         {
-            "name": name, "levelno": levelno, "levelname": logging.getLevelName(levelno), "pathname": pathname,
-            "filename": os.path.basename(pathname), "module": os.path.splitext(os.path.basename(pathname))[0],
-            "lineno": lineno, "msg": msg, "args": None, "exc_text": exc_text, "funcName": func, "created": created,
-            "msecs": (created - int(created)) * 1000, "threadName": thread_name, "interpreter": interp,
+            "name": name,
+            "levelno": levelno,
+            "levelname": logging.getLevelName(levelno),
+            "pathname": pathname,
+            "filename": os.path.basename(pathname),
+            "module": os.path.splitext(os.path.basename(pathname))[0],
+            "lineno": lineno,
+            "msg": msg,
+            "args": None,
+            "exc_text": exc_text,
+            "funcName": func,
+            "created": created,
+            "msecs": (created - int(created)) * 1000,
+            "threadName": thread_name,
+            "interpreter": interp,
             "processName": f"interpreter-{interp}",
         }
     )
@@ -749,4 +766,3 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
-

@@ -56,7 +56,7 @@ class Shared:
         flat = view if view.ndim == 1 and view.format == "B" else view.cast("B")
         # With protocol 5 and interpexec's encoder the PickleBuffer travels out of
         # band, as a memoryview over this very memory.
-        return (_lend, (PickleBuffer(flat), view.format, tuple(view.shape)))
+        return (_lend, (PickleBuffer(flat), view.format, tuple(view.shape or ())))
 
     def __repr__(self) -> str:
         mode = "writable" if self.writable else "read-only"
@@ -82,7 +82,7 @@ def _lend(buffer: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
     view = memoryview(buffer)
     if fmt != "B" or len(shape) != 1:
         try:
-            view = view.cast(fmt, shape)
+            view = view.cast(fmt, shape)  # type: ignore[call-overload]
         except (TypeError, ValueError):
             pass  # a format memoryview cannot cast to: the raw bytes
     if _in_worker:
@@ -103,7 +103,7 @@ def relend(buffer: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
     view = memoryview(buffer)
     if fmt != "B" or len(shape) != 1:
         try:
-            view = view.cast(fmt, shape)
+            view = view.cast(fmt, shape)  # type: ignore[call-overload]
         except (TypeError, ValueError):
             pass
     return view

@@ -18,7 +18,6 @@ workers, so it imports nothing heavy):
 from __future__ import annotations
 
 import os
-
 from _pickle import PickleBuffer, dumps, loads
 
 from . import _compat
@@ -44,7 +43,7 @@ def is_native(obj: Any, _depth: int = 0) -> bool:
     if tp in _SCALARS:
         return True
     if tp is int:
-        return _INT64_MIN <= obj <= _INT64_MAX
+        return bool(_INT64_MIN <= obj <= _INT64_MAX)
     if tp is tuple:
         if _depth > 8 or len(obj) > _MAX_TUPLE:
             return False
@@ -178,7 +177,7 @@ class Channel:
     it there with ``Channel.from_spec``.  Only the creator closes it.
     """
 
-    __slots__ = ("qid", "rfd", "wfd", "_owner")
+    __slots__ = ("_owner", "qid", "rfd", "wfd")
 
     def __init__(self) -> None:
         self.qid = _compat.queue_create()

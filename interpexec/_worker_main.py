@@ -31,17 +31,11 @@ import os
 import select
 import sys
 import time
-from _collections import deque
-
+from _collections import deque  # type: ignore[import-not-found,unused-ignore]
 from _pickle import loads
 
 from . import _compat, _shared
 from ._errors import pack_exception
-TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
-
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_NEEDED,
@@ -80,6 +74,11 @@ EXIT_RECYCLE = "recycle"  # max_tasks_per_child reached: start a fresh interpret
 EXIT_IDLE = "idle"  # idle longer than idle_timeout: release the interpreter
 EXIT_RETIRED = "retired"  # was stuck; a replacement already runs
 EXIT_PARK = "park"  # os.fork() is coming: no interpreter may exist; a fresh one follows
+
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 _FN_CACHE_MAX = 1024
 SPIN = int(os.environ.get("INTERPEXEC_SPIN", "64"))
@@ -169,8 +168,16 @@ class _LogForwarder:
                     if record.exc_info and not exc_text:
                         exc_text = logging.Formatter().formatException(record.exc_info)
                     fields = (
-                        record.name, record.levelno, record.pathname, record.lineno, record.getMessage(),
-                        exc_text, record.funcName, record.created, record.threadName, interp,
+                        record.name,
+                        record.levelno,
+                        record.pathname,
+                        record.lineno,
+                        record.getMessage(),
+                        exc_text,
+                        record.funcName,
+                        record.created,
+                        record.threadName,
+                        interp,
                     )
                     results.put((-1, EVENT, index, EV_LOG, fields))
                 except Exception:
@@ -260,7 +267,7 @@ def _encode_result(value: Any, payload: tuple[Any, ...]) -> tuple[Any, ...]:
         if buffer is not None:
             for index, crossed in enumerate(payload[2]):
                 if crossed is buffer:
-                    return (LENT, index, value.format, tuple(value.shape))
+                    return (LENT, index, value.format, tuple(value.shape or ()))
     return encode(value, share_buffers=False)
 
 
@@ -292,8 +299,20 @@ def serve(
     watchdog = _Watchdog(state, Channel.from_spec(commands_spec), results, index, grace)
     watchdog.start()
     try:
-        return _serve(control, slots, tasks, results, state, watchdog, index, max_tasks, idle_timeout,
-                      init_blob, _MainFixup(main_path, main_name), log_level)
+        return _serve(
+            control,
+            slots,
+            tasks,
+            results,
+            state,
+            watchdog,
+            index,
+            max_tasks,
+            idle_timeout,
+            init_blob,
+            _MainFixup(main_path, main_name),
+            log_level,
+        )
     finally:
         watchdog.stop()
 
@@ -456,9 +475,9 @@ def _serve(
             out = (tid, STOPPED, None)
         # Drop the task (and any buffers it was lent, whose release is scheduled
         # in the caller's interpreter) before the caller can see the result.
-        msg = None
+        del msg
         put(result_qid, out)
-        out = None
+        del out
         # Wake the thread waiting for this very result if there is one (it collects
         # everything queued), else the collector if it sleeps.
         waiter = ctl[waiters + tid % NSLOTS]

@@ -23,7 +23,9 @@ CASES = {
 
 def test_every_example_is_listed():
     scripts = {f for f in os.listdir(EXAMPLES) if f.endswith(".py") and not f.startswith("_")}
-    assert scripts <= set(CASES) | set(EXTRA_CASES), f"examples without a test: {scripts - set(CASES) - set(EXTRA_CASES)}"
+    assert scripts <= set(CASES) | set(EXTRA_CASES), (
+        f"examples without a test: {scripts - set(CASES) - set(EXTRA_CASES)}"
+    )
 
 
 # Examples that need more than the test extra, or a service: added by their own modules.
@@ -40,7 +42,11 @@ def test_example_runs(script):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
         [sys.executable, os.path.join(EXAMPLES, script), *args],
-        capture_output=True, text=True, timeout=110, env=env, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=env,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert expected in proc.stdout + proc.stderr

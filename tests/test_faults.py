@@ -49,7 +49,11 @@ def run_script(source: str, *args: str, timeout: float = 60, **kwargs):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
         [sys.executable, "-c", source, *args] if kwargs.pop("as_c", False) else [sys.executable, *args],
-        capture_output=True, text=True, timeout=timeout, env=env, **kwargs
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kwargs,
     )
 
 
@@ -210,7 +214,7 @@ def test_sixteen_submitters_racing_a_shutdown():
     ex.shutdown(wait=True, cancel_futures=True)
     for t in threads:
         t.join()
-    done, not_done = cf.wait(futures, timeout=30)
+    _, not_done = cf.wait(futures, timeout=30)
     assert not not_done
     for f in futures:
         assert f.cancelled() or f.result() is not None
@@ -360,7 +364,7 @@ def test_ctrl_c_during_map_or_result_ends_the_process(tmp_path, where):
     )
     assert proc.stdout.readline().strip() == "started"
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)  # 400 x 0.2 s of work would take 40 s
+    _, err = proc.communicate(timeout=30)  # 400 x 0.2 s of work would take 40 s
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err
     assert "Fatal Python error" not in err

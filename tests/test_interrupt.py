@@ -116,7 +116,7 @@ def test_random_deadlines_and_interrupts_leave_nothing_behind():
                 futs.append(ex.submit(fh.busy_then_value, rng.random() * 0.002, i))
             if rng.random() < 0.2:
                 ex.interrupt(rng.choice(futs))
-        done, not_done = cf.wait(futs, timeout=90)
+        _, not_done = cf.wait(futs, timeout=90)
         assert not not_done
         for i, f in enumerate(futs):
             if f.cancelled():
