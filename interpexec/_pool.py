@@ -491,10 +491,14 @@ class Pool:
             self.ready_slots.discard(worker.slot)
             if not worker.retired:
                 self.active -= 1
-                if how == "stop":
-                    self.stops_sent -= 1
+            if how == "stop":
+                # (a worker retired just after its last check may still take a STOP
+                # meant for another: dispatch below sends a new one if so)
+                self.stops_sent -= 1
             if how == "idle" and (self.inflight or self.pending) and self.broken is None:
                 self.start_locked()  # work arrived as it left
+            if self.shutdown_flag and self.started:
+                self.dispatch_locked()
             self.ready.notify_all()
         self.results.notify()  # let the collector notice
 
