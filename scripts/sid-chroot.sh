@@ -7,8 +7,9 @@
 #                                           bind-mounted at /src (the working directory)
 #
 # The chroot lives outside the checkout (INTERPEXEC_CHROOT, default
-# /var/tmp/interpexec-sid) and is reused when it is already complete.  Everything
-# mounted by `run` is unmounted again on exit.  Any failure exits non-zero with a
+# /var/tmp/interpexec-sid) and is reused when it is already complete.  `ensure`
+# unmounts what it mounted on exit; `run` mounts inside a private mount
+# namespace that ends with it.  Any failure exits non-zero with a
 # message: a Python version that cannot be provisioned fails CI, it is never skipped.
 set -euo pipefail
 
@@ -98,19 +99,27 @@ ensure() {
 run() {
     need_root
     is_ready || die "chroot $ROOT is not provisioned; run '$0 ensure' first"
-    mount_system
-    mount_one "$ROOT/src" --bind "$SRC"
-    local rc=0
-    chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    command -v unshare >/dev/null || die "unshare (util-linux) is needed"
+    # A private mount namespace per run: its mounts (this checkout at /src, /proc,
+    # /dev) are seen by this run only and vanish with it, so concurrent runs from
+    # different checkouts cannot see or unmount each other's.
+    unshare --mount --propagation private -- bash "${BASH_SOURCE[0]}" _run_in_namespace "$@"
+}
+
+_run_in_namespace() {
+    mount -t proc proc "$ROOT/proc"
+    mount --rbind /dev "$ROOT/dev"
+    mount --bind /dev/shm "$ROOT/dev/shm"
+    mkdir -p "$ROOT/src"
+    mount --bind "$SRC" "$ROOT/src"
+    exec chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         HOME=/root LANG=C.UTF-8 CI="${CI:-}" PIP_DISABLE_PIP_VERSION_CHECK=1 \
-        sh -c 'cd /src && exec "$@"' sh "$@" || rc=$?
-    unmount_all
-    trap - EXIT
-    return $rc
+        sh -c 'cd /src && exec "$@"' sh "$@"
 }
 
 case "${1:-}" in
     ensure) ensure ;;
     run) shift; [ $# -gt 0 ] || die "usage: $0 run CMD [ARG...]"; run "$@" ;;
+    _run_in_namespace) shift; _run_in_namespace "$@" ;;
     *) die "usage: $0 ensure | run CMD [ARG...]" ;;
 esac
