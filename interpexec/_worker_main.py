@@ -132,7 +132,9 @@ class _TaskState:
     """What the loop and the watchdog share, guarded by ``lock``."""
 
     def __init__(self) -> None:
-        self.lock = _thread.allocate_lock()
+        # Re-entrant, and released by owner checks: an Interrupted can surface
+        # right as the loop's acquire() returns (see _finish_task).
+        self.lock = _thread.RLock()
         self.tid = 0  # task running now, 0 for none
         self.deadline = 0.0  # monotonic deadline of that task, 0.0 for none
         self.timeout: float | None = None
@@ -186,6 +188,32 @@ class _LogForwarder:
         root = logging.getLogger()
         root.addHandler(ForwardHandler())
         root.setLevel(level)
+
+
+def _finish_task(state: _TaskState) -> None:
+    """Mark the task over, so the watchdog raises nothing more, and cancel an
+    Interrupted it set but that has not surfaced yet.
+
+    The watchdog raises at most one Interrupted per task, only while holding
+    ``state.lock`` and only while ``state.tid`` is set.  That exception can
+    surface at any bytecode boundary, including the moment ``acquire()`` below
+    returns: then it propagates with the lock held, and the caller catches it and
+    calls this again, which first releases what this thread still holds.
+    """
+    lock = state.lock
+    while lock._is_owned():  # type: ignore[attr-defined]
+        lock.release()
+    lock.acquire()
+    try:
+        state.tid = 0
+        state.deadline = 0.0
+        fired = state.fired
+    finally:
+        lock.release()
+    if fired:
+        _set_async_exc(state.thread_id, None)  # cancel one still pending
+    if _shared._lent:
+        _shared._lent.clear()
 
 
 def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
@@ -401,14 +429,7 @@ def _serve(
         except BaseException as exc:
             out = (tid, ERR, pack_exception(exc))
         finally:
-            with lock:
-                state.tid = 0
-                state.deadline = 0.0
-                fired = state.fired
-            if fired:
-                _set_async_exc(state.thread_id, None)  # cancel one still pending
-            if _shared._lent:
-                _shared._lent.clear()
+            _finish_task(state)
         return out
 
     layout = ControlLayout(slots)
@@ -468,10 +489,8 @@ def _serve(
         started = clock()
         try:
             out = run(msg)
-        except Interrupted:  # landed just outside the task's own try
-            with state.lock:
-                state.tid = 0
-                state.deadline = 0.0
+        except Interrupted:  # landed outside the task's own try (see _finish_task)
+            _finish_task(state)
             out = (tid, STOPPED, None)
         # Drop the task (and any buffers it was lent, whose release is scheduled
         # in the caller's interpreter) before the caller can see the result.
