@@ -31,6 +31,7 @@ __all__ = [
     "BrokenInterpreterPool",
     "IncompatibleModuleError",
     "InterpreterPoolExecutor",
+    "Queue",
     "RemoteError",
     "RemoteTraceback",
     "Shared",
@@ -43,12 +44,14 @@ if TYPE_CHECKING:
     from ._errors import IncompatibleModuleError, RemoteError, RemoteTraceback
     from ._executor import InterpreterPoolExecutor
     from ._pool import BrokenInterpreterPool
+    from ._queue import Queue
     from ._reusable import get_reusable_executor
     from ._shared import Shared, share
 
 _LAZY = {
     "BrokenInterpreterPool": "._pool",
     "InterpreterPoolExecutor": "._executor",
+    "Queue": "._queue",
     "IncompatibleModuleError": "._errors",
     "RemoteError": "._errors",
     "RemoteTraceback": "._errors",

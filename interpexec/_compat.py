@@ -182,8 +182,10 @@ def queue_put_nowait(qid: int, obj: Any) -> bool:
     """Put unless the queue is at its maxsize; False when it is full."""
     try:
         queue_put(qid, obj)
-    except Exception:  # the stdlib wrapper's QueueFull (imported by the C module)
-        if _interpqueues.is_full(qid):
+    except Exception as exc:  # the stdlib wrapper's QueueFull, a queue.Full
+        import queue
+
+        if isinstance(exc, queue.Full) or _interpqueues.is_full(qid):
             return False
         raise
     return True

@@ -138,6 +138,12 @@ def decode(enc: Encoded) -> Any:
 
 _EMPTY = object()
 
+#: Thread ident -> read end of a pipe that the watchdog writes to after raising an
+#: exception asynchronously in that thread (``PyThreadState_SetAsyncExc`` cannot
+#: wake a blocked ``poll()``).  Blocking waits of interpexec's own (Queue.get/put)
+#: also watch that pipe and read it, so the exception fires.  Per interpreter.
+INTERRUPT_FDS: dict[int, int] = {}
+
 # Pipes are never closed: a worker thread that outlived its pool (one retired
 # while stuck in C) may still write to its pool's pipes, and a closed fd number
 # can be reused for an unrelated file.  Closed channels return their pipes here

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from . import _compat
 from . import _worker_main as wm
-from ._transport import Channel
+from ._transport import Channel, borrow_pipe, return_pipe
 
 if TYPE_CHECKING:
     from ._pool import Pool
@@ -29,7 +29,7 @@ import sys
 sys.path[:] = {path!r}
 from interpexec._worker_main import serve
 from interpexec._compat import queue_get
-_reason = serve(queue_get({handoff!r}), {slots!r}, {tasks!r}, {results!r}, {commands!r}, {index!r},
+_reason = serve(queue_get({handoff!r}), {slots!r}, {tasks!r}, {results!r}, {commands!r}, {interrupt!r}, {index!r},
                 {max_tasks!r}, {idle_timeout!r}, {grace!r}, {init!r}, {main_path!r}, {main_name!r}, {log_level!r})
 if _reason:
     raise SystemExit({mark!r} + _reason)
@@ -48,6 +48,7 @@ class Worker:
         self.retired = False  # stuck in a task; replaced; exits when it returns
         self.in_interp = False  # owns an interpreter now (parking waits for False)
         self.commands = Channel()
+        self.interrupt_pipe = borrow_pipe()
         self.handoff = 0
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.born = time.monotonic()
@@ -68,6 +69,7 @@ class Worker:
             tasks=pool.tasks.spec(),
             results=pool.results.spec(),
             commands=self.commands.spec(),
+            interrupt=self.interrupt_pipe,
             index=self.slot,
             max_tasks=pool.max_tasks_per_child or 0,
             idle_timeout=pool.idle_timeout,
@@ -90,6 +92,7 @@ class Worker:
         finally:
             _compat.queue_destroy(self.handoff)
             self.commands.close()
+            return_pipe(self.interrupt_pipe)
             self.pool.worker_exited(self, how, error)
 
     def _serve_until_stopped(self) -> tuple[str, str | None]:

@@ -40,6 +40,7 @@ from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_NEEDED,
     COLLECTOR_READ,
+    INTERRUPT_FDS,
     LENT,
     NSLOTS,
     PARK,
@@ -49,6 +50,7 @@ from ._transport import (
     decode,
     encode,
     encode_flat,
+    wake_fd,
 )
 
 # task kinds
@@ -225,7 +227,10 @@ def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
 class _Watchdog:
     """Enforces deadlines and interrupt requests for one worker's running task."""
 
-    def __init__(self, state: _TaskState, commands: Channel, results: Channel, index: int, grace: float) -> None:
+    def __init__(
+        self, state: _TaskState, commands: Channel, results: Channel, index: int, grace: float, interrupt_wfd: int
+    ) -> None:
+        self.interrupt_wfd = interrupt_wfd
         self.state = state
         self.commands = commands
         self.results = results
@@ -251,6 +256,8 @@ class _Watchdog:
         st.fired = True
         st.fired_at = now
         _set_async_exc(st.thread_id, Interrupted)
+        if self.interrupt_wfd >= 0:
+            wake_fd(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
 
     def _run(self) -> None:
         st, commands, rfd = self.state, self.commands, self.commands.rfd
@@ -305,6 +312,7 @@ def serve(
     tasks_spec: tuple[int, int, int],
     results_spec: tuple[int, int, int],
     commands_spec: tuple[int, int, int],
+    interrupt_pipe: tuple[int, int],
     index: int,
     max_tasks: int,
     idle_timeout: float | None,
@@ -324,7 +332,8 @@ def serve(
     tasks = Channel.from_spec(tasks_spec)
     results = Channel.from_spec(results_spec)
     state = _TaskState()
-    watchdog = _Watchdog(state, Channel.from_spec(commands_spec), results, index, grace)
+    watchdog = _Watchdog(state, Channel.from_spec(commands_spec), results, index, grace, interrupt_pipe[1])
+    INTERRUPT_FDS[state.thread_id] = interrupt_pipe[0]
     watchdog.start()
     try:
         return _serve(

@@ -91,3 +91,7 @@ def busy_then_value(seconds, value):
 
 def sys_path_and_cwd():
     return list(sys.path), os.getcwd()
+
+
+def block_on_queue(q):
+    return q.get()  # no timeout: only an interrupt can end it

@@ -18,6 +18,7 @@ CASES = {
     "shared_numpy.py": (("20000",), "transformed 20,000 floats"),
     "timeouts.py": ((), "interrupted: the future is cancelled"),
     "worker_logging.py": ((), "[0, 1, 4, 9]"),
+    "pipeline.py": (("300",), "300 documents in"),
 }
 
 

@@ -149,3 +149,17 @@ def test_map_timeout_can_interrupt_running_tasks():
             next(it)
         # The long tasks were stopped: the pool is free again at once.
         assert ex.submit(fh.ok, 1).result(timeout=5) == 1
+
+
+@pytest.mark.timeout(30)
+def test_deadline_stops_a_task_blocked_in_an_interpexec_queue():
+    import interpexec
+
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(1, interrupt_grace=5) as ex:
+        first = ex.submit(fh.interp_id).result(timeout=20)
+        fut = ex.schedule(fh.block_on_queue, (q,), timeout=0.2)
+        with pytest.raises(TimeoutError):
+            fut.result(timeout=10)
+        # Not retired: the blocked get() woke up and the same worker goes on.
+        assert ex.submit(fh.interp_id).result(timeout=10) == first

@@ -1,0 +1,312 @@
+"""``interpexec.Queue``: a FIFO queue that the parent and tasks in any worker share.
+
+Pass a Queue to a task as an argument (or inside one): the worker gets a copy that
+works on the same queue.  The items live in an ``_interpqueues`` queue (through
+:mod:`interpexec._compat`).  Natively shareable scalars (None, bool, int within 64
+bits, float, str, bytes) cross as they are; anything else, tuples included, crosses
+as ``_transport.encode(obj, share_buffers=False)``, which is itself a tuple, so a
+tuple that comes out of the queue is always such an envelope.
+
+Blocking: each Queue has an "items" pipe (one byte written after every put) and,
+when bounded, a "space" pipe (one byte written after every get).  A getter that
+finds the queue empty blocks in ``poll()`` on the items pipe (releasing its GIL),
+never by sleeping.  The protocol, for the items pipe (the space pipe mirrors it,
+with "has room" for "has an item" and the roles of putters and getters swapped):
+
+1. A put writes one byte after its item is queued; if the pipe is full the write
+   is skipped (the pipe is then non-empty anyway).
+2. A getter that finds the queue empty waits until the pipe is readable, reads
+   every byte in it and looks at the queue again.
+3. A getter that has read bytes writes one byte when it leaves (with an item, by
+   timeout or by exception) if the queue is not empty then ("passes the baton").
+
+No lost wake-up: let getter G block after finding the queue empty, and let an item
+x be queued later.  Just after x's put wrote (or skipped) its byte, the pipe is
+non-empty.  If it still is, G wakes.  Otherwise some getter H emptied it since, and
+by 2 H looks at the queue after x was queued.  While x is queued the queue is not
+empty, so H takes an item (x, or one ahead of x) rather than blocking again, or
+leaves by an exception; either way, by 3, if x is still queued when H leaves, H
+writes a byte after x was queued, and the same reasoning applies to that byte.
+Each link of this chain ends one getter's wait, and only finitely many items are
+ahead of x, so the chain ends with x taken or with a byte left in the pipe, which
+wakes G.  Bytes and items need not match: get_nowait takes items without bytes,
+and stale bytes only cause a spurious wake-up (the getter looks, finds nothing,
+blocks again).  An exception that lands between reading and step 3 (an
+asynchronous one) still passes the baton: step 3 is a ``finally``.
+
+Lifetime: the creator holds the queue's first reference, and each unpickled copy
+binds its own; each releases in ``__del__`` and the queue goes with the last one.
+The pipes are never closed (a closed fd could be reused by some unrelated file and
+receive our bytes): the creator's ``__del__`` parks them, and they return to
+``_transport``'s free list only once their queue id no longer exists.  Queue ids
+are never reused, and a copy exists only while it holds a reference (a copy
+unpickled after the queue is gone fails to bind before it touches the pipes), so
+by then no copy can use them.  Free lists are per interpreter: the pipes of Queues
+created inside a worker are leaked, not reused, once that worker's interpreter is
+gone.
+
+Items put by a worker are bound to its interpreter: if the interpreter is destroyed
+(pool shutdown, ``max_tasks_per_child``, ``idle_timeout``) before they are taken,
+they disappear from the queue.
+"""
+
+from __future__ import annotations
+
+import _thread
+import collections
+import os
+import select
+import time
+from _queue import Empty  # the class that queue.Empty is; importing queue costs a worker 2 ms
+from typing import Any
+
+from . import _compat
+from ._transport import INTERRUPT_FDS, borrow_pipe, decode, encode, return_pipe
+
+__all__ = ["INTERRUPT_FDS", "Queue"]
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_SCALARS = (type(None), bool, float, str, bytes)
+_EMPTY: Any = object()
+_NO_PIPE = (-1, -1)
+
+Pipe = tuple[int, int]
+
+# (queue id, pipes) of finalized creators whose queue may still be alive; the
+# pipes go back to _transport's free list once it is gone.  deque appends and pops
+# are atomic: __del__ may run in any thread at any moment, so no lock is taken.
+_parked: collections.deque[tuple[int, tuple[Pipe, ...]]] = collections.deque()
+
+
+def _queue_gone(qid: int) -> bool:
+    try:
+        _compat.queue_count(qid)
+    except Exception:  # QueueNotFoundError
+        return True
+    return False
+
+
+def _take_pipe() -> Pipe:
+    for _ in range(len(_parked)):
+        try:
+            qid, pipes = _parked.popleft()
+        except IndexError:
+            break
+        if _queue_gone(qid):
+            for pipe in pipes:
+                return_pipe(pipe)
+        else:
+            _parked.append((qid, pipes))
+    r, w = borrow_pipe()
+    os.set_blocking(r, False)  # several readers: a read must never block
+    return r, w
+
+
+def _drain(fd: int) -> None:
+    try:
+        while len(os.read(fd, 4096)) == 4096:
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _full() -> Exception:
+    import queue
+
+    return queue.Full()
+
+
+def _put_nowait(qid: int, item: Any) -> bool:
+    """Put unless the queue is at its maxsize; False when it is full.  Checks first:
+    the error a put into a full queue raises makes CPython import its own queue
+    wrapper (35 ms in a 3.13 worker)."""
+    if _compat.queue_is_full(qid):
+        return False
+    try:
+        _compat.queue_put(qid, item)
+    except Exception as exc:
+        import queue
+
+        if isinstance(exc, queue.Full) or _compat.queue_is_full(qid):
+            return False
+        raise
+    return True
+
+
+def _notify(fd: int) -> None:
+    try:
+        os.write(fd, b"\0")
+    except BlockingIOError:
+        pass  # full: readers will wake anyway
+
+
+def _wait(fd: int, deadline: float | None) -> bool:
+    """Block until ``fd`` is readable (True) or the deadline passes (False)."""
+    if deadline is None:
+        ms: float | None = None
+    else:
+        ms = (deadline - time.monotonic()) * 1000.0
+        if ms <= 0:
+            return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    intr = INTERRUPT_FDS.get(_thread.get_ident()) if INTERRUPT_FDS else None
+    if intr is not None:
+        poller.register(intr, select.POLLIN)
+    ready = poller.poll(ms)
+    if intr is not None and any(ev_fd == intr for ev_fd, _ in ready):
+        os.read(intr, 4096)
+    return bool(ready)
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+class Queue:
+    """A FIFO queue shared by the parent and the tasks of any worker.
+
+    ``maxsize`` <= 0 means unbounded.  The API follows :class:`queue.Queue`:
+    ``put``/``get`` block (on a pipe, releasing the GIL) unless ``block`` is false,
+    for at most ``timeout`` seconds, then raise :class:`queue.Full` /
+    :class:`queue.Empty`.  Natively shareable values (None, bool, int, float, str,
+    bytes) cross as they are; anything else is pickled at ``put`` (an unpicklable
+    item raises there).
+
+    A copy must find the queue alive when it is unpickled.  The pool keeps a task's
+    arguments alive until the task is done, but a Queue sent inside a task's result
+    or inside an item of another Queue is only a pickle on the way: keep a reference
+    to it until it has arrived.  Items a worker put vanish with its interpreter:
+    take them before the pool shuts down or recycles that worker.
+    """
+
+    __slots__ = ("_items", "_owner", "_qid", "_space", "maxsize")
+
+    def __init__(self, maxsize: int = 0) -> None:
+        self._qid = -1
+        self._owner = False
+        self.maxsize = max(0, int(maxsize))
+        self._qid = _compat.queue_create(self.maxsize)
+        self._owner = True
+        self._items = self._space = _NO_PIPE
+        self._items = _take_pipe()
+        if self.maxsize:
+            self._space = _take_pipe()
+
+    # ----------------------------------------------------------------- put
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        tp = type(item)
+        if not (tp in _SCALARS or (tp is int and _INT64_MIN <= item <= _INT64_MAX)):
+            item = encode(item, share_buffers=False)
+        qid = self._qid
+        if not self.maxsize:
+            _compat.queue_put(qid, item)
+        elif not _put_nowait(qid, item):
+            if not block:
+                raise _full()
+            self._put_slow(item, _deadline(timeout))
+        _notify(self._items[1])
+
+    def _put_slow(self, item: Any, deadline: float | None) -> None:
+        qid, (rfd, wfd) = self._qid, self._space
+        woke = False
+        try:
+            while True:
+                if not _wait(rfd, deadline):
+                    raise _full()
+                woke = True
+                _drain(rfd)
+                if _put_nowait(qid, item):
+                    return
+        finally:
+            if woke and not _compat.queue_is_full(qid):
+                _notify(wfd)
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, False)
+
+    # ----------------------------------------------------------------- get
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        qid = self._qid
+        item = _compat.queue_get(qid, _EMPTY) if _compat.queue_count(qid) else _EMPTY
+        if item is _EMPTY:
+            if not block:
+                raise Empty
+            item = self._get_slow(_deadline(timeout))
+        if self.maxsize:
+            _notify(self._space[1])
+        return decode(item) if type(item) is tuple else item
+
+    def _get_slow(self, deadline: float | None) -> Any:
+        qid, (rfd, wfd) = self._qid, self._items
+        woke = False
+        try:
+            while True:
+                if not _wait(rfd, deadline):
+                    raise Empty
+                woke = True
+                _drain(rfd)
+                if _compat.queue_count(qid):
+                    item = _compat.queue_get(qid, _EMPTY)
+                    if item is not _EMPTY:
+                        return item
+        finally:
+            if woke and _compat.queue_count(qid):
+                _notify(wfd)
+
+    def get_nowait(self) -> Any:
+        return self.get(False)
+
+    # ----------------------------------------------------------------- state
+    def qsize(self) -> int:
+        return _compat.queue_count(self._qid)
+
+    def empty(self) -> bool:
+        return not _compat.queue_count(self._qid)
+
+    def full(self) -> bool:
+        return bool(self.maxsize) and _compat.queue_is_full(self._qid)
+
+    def __repr__(self) -> str:
+        return f"<interpexec.Queue id={self._qid} maxsize={self.maxsize}>"
+
+    # ----------------------------------------------------------------- lifetime
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self._qid, self.maxsize, self._items, self._space, os.getpid()))
+
+    def __del__(self) -> None:
+        qid, self._qid = self._qid, -1
+        if qid < 0:
+            return
+        try:
+            _compat.queue_release(qid)
+            if self._owner:
+                _parked.append((qid, tuple(p for p in (self._items, self._space) if p != _NO_PIPE)))
+        except Exception:  # interpreter shutting down
+            pass
+
+
+def _rebuild(qid: int, maxsize: int, items: Pipe, space: Pipe, pid: int) -> Queue:
+    if pid != os.getpid():
+        raise RuntimeError("an interpexec.Queue works only within the process that created it")
+    self = Queue.__new__(Queue)
+    self._qid = -1
+    self._owner = False
+    try:
+        _compat.queue_bind(qid)
+    except Exception:
+        raise RuntimeError(
+            f"interpexec.Queue {qid} no longer exists: every reference to it was dropped before this copy "
+            "arrived. Keep a reference to a Queue sent in a queue item until it has arrived; to get a Queue "
+            "out of a task, create it in the parent and pass it in."
+        ) from None
+    self._qid = qid
+    self.maxsize = maxsize
+    self._items = items
+    self._space = space
+    return self
