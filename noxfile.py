@@ -56,5 +56,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
 def docs(session: nox.Session) -> None:
     """The Sphinx site, warnings as errors."""
-    session.install("-e", ".", "sphinx>=7")
+    session.install("-e", ".", "-r", "docs/requirements.txt")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")

@@ -65,12 +65,13 @@ def run_doctor(names: list[str], out: TextIO = sys.stdout) -> int:
     out.write(f"Python {sys.version.split()[0]}: can each module be imported inside an interpexec worker?\n\n")
     out.write(f"{'module':<{width}}  {'status':<13} detail\n{'-' * width}  {'-' * 13} {'-' * 40}\n")
     for c in checks:
-        detail = c.detail.splitlines()[0] if c.detail else ""
+        detail = next((line.strip() for line in c.detail.splitlines() if line.strip()), "")
         if len(detail) > 100:
             detail = detail[:97] + "..."
         out.write(f"{c.module:<{width}}  {c.status:<13} {detail}\n")
     bad = [c for c in checks if c.status == "incompatible"]
-    out.write(f"\n{len(checks) - len(bad)} of {len(checks)} import in a worker")
+    ok = sum(1 for c in checks if c.status == "ok")
+    out.write(f"\n{ok} of {len(checks)} import in a worker")
     if bad:
         out.write(
             f"; {len(bad)} refuse isolated subinterpreters: run work that needs them on a ProcessPoolExecutor,"

@@ -112,7 +112,12 @@ class InterpreterPoolExecutor(Executor):
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         return self._submit(fn, args, kwargs, self._task_timeout)
 
-    submit.__doc__ = Executor.submit.__doc__
+    submit.__doc__ = """Schedule ``fn(*args, **kwargs)`` on a worker and return a Future.
+
+        ``fn`` is sent by reference (module and name); arguments cross natively when
+        shareable, pickled otherwise.  An argument that cannot be pickled fails only
+        this future.  The pool's ``task_timeout``, if any, applies.
+        """
 
     def schedule(
         self,

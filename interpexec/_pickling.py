@@ -8,6 +8,7 @@ installed; otherwise the call fails with an error naming the function.
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import types
@@ -41,7 +42,8 @@ def _pickle_callable(fn: Any) -> bytes:
 
 def _main_is_importable() -> bool:
     main = sys.modules.get("__main__")
-    if getattr(main, "__file__", None):
+    path = getattr(main, "__file__", None)
+    if path and os.path.exists(path):  # not "<stdin>" (python -)
         return True
     spec = getattr(main, "__spec__", None)
     return bool(spec is not None and spec.name)

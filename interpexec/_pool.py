@@ -46,6 +46,7 @@ from . import _worker_main as wm
 from ._compat import queue_count, queue_put
 from ._errors import unpack_exception
 from ._future import WAITABLE, PoolFuture
+from ._pickling import dumps_callable
 from ._shared import relend
 from ._transport import (
     COLLECTOR_ASLEEP,
@@ -59,6 +60,7 @@ from ._transport import (
     ControlLayout,
     borrow_pipe,
     decode,
+    materialize,
     return_pipe,
     wake_fd,
 )
@@ -130,7 +132,7 @@ class Pool:
         self.interrupt_grace = interrupt_grace
         self.log_level = log_level
         self.init_blob: bytes | None = (
-            None if initializer is None else pickle.dumps((initializer, tuple(initargs)), protocol=5)
+            None if initializer is None else pickle.dumps((dumps_callable(initializer), tuple(initargs)), protocol=5)
         )
         self.sys_path = list(sys.path)
         self.main_path, self.main_name = _main_info()
@@ -315,6 +317,11 @@ class Pool:
             if self.closed:
                 return False
             msgs = self.results.drain()
+            # Out-of-band buffers of results are views over a worker's memory:
+            # copy them out now, before that worker can destroy its interpreter.
+            for i, msg in enumerate(msgs):
+                if msg[1] == wm.OK and len(msg[2]) == 3:
+                    msgs[i] = (msg[0], wm.OK, materialize(msg[2]))
         for msg in msgs:
             self._handle(msg)
         return bool(msgs)
@@ -544,15 +551,24 @@ class Pool:
         if wait:
             self.join()
 
-    def join(self) -> None:
+    def join(self, include_retired: bool = False) -> None:
+        """Wait until every worker has ended; workers retired while stuck in C are
+        not waited for unless ``include_retired`` (they end when the call returns).
+        Waits on the pool's condition, which retirement and exits notify."""
         me = threading.current_thread()
-        while True:
-            with self.lock:
-                threads = [w.thread for w in self.workers.values() if not w.retired and w.thread is not me]
-            if not threads:
-                break
-            for t in threads:
-                t.join()
+        ended: set[threading.Thread] = set()
+        with self.lock:
+            while True:
+                waiting = [
+                    w.thread for w in self.workers.values() if (include_retired or not w.retired) and w.thread is not me
+                ]
+                ended.update(w.thread for w in self.workers.values() if w.thread is not me)
+                if not waiting:
+                    break
+                self.ready.wait()
+        for t in ended:
+            if t.is_alive() and not any(w.thread is t and w.retired for w in list(self.workers.values())):
+                t.join()  # it has left its interpreter: only returning remains
         if (
             self.collector is not None
             and self.collector is not me
@@ -722,8 +738,14 @@ def _python_exit() -> None:
     finish."""
     global _exiting
     _exiting = True
-    for pool in list(LIVE_POOLS):
+    pools = list(LIVE_POOLS)
+    for pool in pools:
         pool.shutdown(wait=True, cancel_futures=True)
+    # A worker retired while stuck in C still runs inside its interpreter, and
+    # CPython cannot finalize while one does: exit waits for those calls to end.
+    for pool in pools:
+        if not pool.forked:
+            pool.join(include_retired=True)
 
 
 threading._register_atexit(_python_exit)  # type: ignore[attr-defined]

@@ -12,9 +12,11 @@ Ownership rules:
   writable object).
 * The parent keeps the object alive at least until the task's future resolves;
   a worker that keeps the view longer keeps the object alive too.
-* A task may return the very view it was lent (not a slice of it): the caller
-  then gets a view over its own object, again without a copy.  Other buffers a
-  task returns are copied once (worker memory dies with its interpreter).
+* A task may return the very view it was lent (not a slice of it, and not inside
+  a container): the caller then gets a view over its own object, again without a
+  copy.  Pickle refuses any other memoryview; return ``bytes(view[a:b])`` (a
+  copy) instead.  Worker memory dies with its interpreter, so data a task
+  creates always comes back as a copy.
 * Nothing synchronizes access: two tasks writing the same bytes, or the parent
   writing while a task reads, is a data race, exactly as with shared memory
   between processes.  Give each task its own slice, or synchronize yourself.

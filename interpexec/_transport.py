@@ -82,9 +82,11 @@ def encode_columns(columns: tuple[tuple[Any, ...], ...], *, share_buffers: bool)
     return (NATIVE, columns)
 
 
-def encode_flat(items: tuple[Any, ...], *, share_buffers: bool) -> Encoded:
+def encode_flat(items: tuple[Any, ...], *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     """Encode a flat tuple (a chunk's results) like :func:`encode_columns`."""
-    return (NATIVE, items) if _flat_native(items) else encode(items, share_buffers=share_buffers)
+    if _flat_native(items):
+        return (NATIVE, items)
+    return encode(items, share_buffers=share_buffers, snapshot=snapshot)
 
 
 def encode_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Encoded:
@@ -101,24 +103,94 @@ def encode_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Encoded:
     return encode((args, tuple(kwargs.items())), share_buffers=True)
 
 
-def encode(obj: Any, *, share_buffers: bool) -> Encoded:
+def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     """Turn ``obj`` into a natively shareable tuple.
 
-    ``share_buffers``: out-of-band pickle buffers may cross as memoryviews over the
-    sender's memory (only safe when the sender outlives the receiver's use: main
-    to worker).  Raises whatever pickling raises.
+    Large buffers (``bytearray`` and anything whose reducer emits a
+    ``PickleBuffer``) travel beside the pickle, out of band, never inside it:
+
+    * ``share_buffers``: as memoryviews over the sender's memory (only safe when
+      the sender outlives the receiver's use: main to worker).  The receiver
+      copies once (rebuilding a ``bytearray``) or not at all (``share()``).
+    * ``snapshot``: as memoryviews over an immutable ``bytes`` copy (worker to
+      main: the receiver must copy them out before the sender's interpreter can
+      go, see ``Pool.collect``).
+    * otherwise: as ``bytes`` copies that live on their own (queue items).
+
+    Raises whatever pickling raises.
     """
     if is_native(obj):
         return (NATIVE, obj)
     buffers: list[PickleBuffer] = []
+    if _has_bytearray(obj):
+        obj = _wrap_bytearrays(obj)
     data = dumps(obj, protocol=5, buffer_callback=buffers.append)
     if not buffers:
         return (PICKLED, data)
     if share_buffers:
         views = tuple(_as_view(b) for b in buffers)
+    elif snapshot:
+        views = tuple(memoryview(bytes(b.raw())) for b in buffers)
     else:
         views = tuple(bytes(b.raw()) for b in buffers)
     return (PICKLED, data, views)
+
+
+def _has_bytearray(obj: Any) -> bool:
+    """A bytearray at the top or one level down (the shapes arguments and results
+    take); deeper ones are pickled in band as usual."""
+    tp = type(obj)
+    if tp is bytearray:
+        return True
+    if tp is tuple or tp is list:
+        return any(type(x) is bytearray or (type(x) is tuple and any(type(y) is bytearray for y in x)) for x in obj)
+    if tp is dict:
+        return any(type(x) is bytearray for x in obj.values())
+    return False
+
+
+def as_bytearray(buf: Any) -> bytearray:
+    """Rebuilds a bytearray sent out of band; a bytearray the receiver already
+    made (its one copy) is taken as it is."""
+    return buf if type(buf) is bytearray else bytearray(buf)
+
+
+class _OutOfBand:
+    """Pickles a bytearray as a PickleBuffer (out of band); pickle itself writes
+    bytearrays into the stream, and its C pickler does so before consulting
+    reducer_override."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytearray) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return (as_bytearray, (PickleBuffer(self.data),))
+
+
+def _wrap(x: Any) -> Any:
+    return _OutOfBand(x) if type(x) is bytearray else x
+
+
+def _wrap_bytearrays(obj: Any) -> Any:
+    """The same shapes _has_bytearray looks at, with bytearrays wrapped."""
+    tp = type(obj)
+    if tp is bytearray:
+        return _OutOfBand(obj)
+    if tp is tuple or tp is list:
+        return tp(tuple(map(_wrap, x)) if type(x) is tuple else _wrap(x) for x in obj)
+    if tp is dict:
+        return {k: _wrap(v) for k, v in obj.items()}
+    return obj
+
+
+def materialize(enc: Encoded) -> Encoded:
+    """Copy a snapshot-encoded value's out-of-band views into this interpreter's
+    memory (one ``bytearray`` each)."""
+    if len(enc) == 3 and enc[0] == PICKLED:
+        return (PICKLED, enc[1], tuple(bytearray(v) for v in enc[2]))
+    return enc
 
 
 def _as_view(buf: PickleBuffer) -> Any:

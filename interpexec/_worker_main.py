@@ -287,7 +287,8 @@ class _Watchdog:
                 now = time.monotonic()
                 if st.tid and not st.fired and st.deadline and now >= st.deadline:
                     self._fire(now)
-                    # Fail the future now, even if the task is stuck in C code.
+                    # Fail the future now, even if the task is stuck in a C call (one
+                    # that releases the GIL; one holding it delays even the watchdog).
                     self.results.put((st.tid, TIMEOUT, st.timeout))
                 elif st.tid and st.fired and not st.stuck_reported and now >= st.fired_at + self.grace:
                     st.stuck_reported = True
@@ -303,7 +304,7 @@ def _encode_result(value: Any, payload: tuple[Any, ...]) -> tuple[Any, ...]:
             for index, crossed in enumerate(payload[2]):
                 if crossed is buffer:
                     return (LENT, index, value.format, tuple(value.shape or ()))
-    return encode(value, share_buffers=False)
+    return encode(value, share_buffers=False, snapshot=True)
 
 
 def serve(
@@ -400,8 +401,8 @@ def _serve(
     results.put((-1, EVENT, index, EV_STARTED, _compat.current_interpreter_id()))
     if init_blob is not None:
         try:
-            initializer, initargs = load(init_blob)
-            initializer(*initargs)
+            fn_blob, initargs = load(init_blob)
+            load(fn_blob)(*initargs)
         except BaseException as exc:
             results.put((-1, EVENT, index, EV_INIT_FAILED, pack_exception(exc)))
             return None
@@ -432,7 +433,7 @@ def _serve(
                 out: tuple[Any, ...] = (tid, OK, _encode_result(value, msg[3]))
             else:  # CHUNK: argument columns in, one column of results out
                 values = tuple(map(fn, *load_payload(msg[3])))
-                out = (tid, OK, encode_flat(values, share_buffers=False))
+                out = (tid, OK, encode_flat(values, share_buffers=False, snapshot=True))
         except Interrupted:
             out = (tid, STOPPED, None)
         except BaseException as exc:
