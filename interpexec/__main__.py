@@ -39,6 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("info", help="Python build, subinterpreter support, CPUs and default worker count")
+
+    from . import _bench  # imports only built-in modules at the top
+
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark interpexec against ProcessPoolExecutor, ThreadPoolExecutor and the stdlib interpreter pool",
+        description=_bench.DESCRIPTION,
+        epilog=_bench.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _bench.add_arguments(bench)
     return parser
 
 
@@ -81,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_doctor(args.modules)
     if args.command == "info":
         return info()
+    if args.command == "bench":
+        from . import _bench
+
+        return _bench.main(args=args)
     raise AssertionError(args.command)  # pragma: no cover
 
 
