@@ -55,6 +55,7 @@ from ._transport import (
     LENT,
     NSLOTS,
     PARK,
+    WORKERS,
     SKIP_WAKEUPS,
     Channel,
     ControlLayout,
@@ -148,6 +149,7 @@ class Pool:
         self.control = bytearray(8 * self.layout.size)
         self.control_view = memoryview(self.control)
         self.ctl = self.control_view.cast("q")
+        self.ctl[WORKERS] = max_workers
         self.asleep_lo, self.asleep_hi = 8 * self.layout.asleep, 8 * self.layout.task_read
         self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
         self.task_written = 0

@@ -337,6 +337,7 @@ class Channel:
 #                                 in the queue until somebody looks (result(),
 #                                 done(), the next submit), saving the collector's
 #                                 wake-up and its fight for the main GIL.
+#   [WORKERS]                     the pool's worker count
 #   [PARK]                        1 while the pool asks every worker to leave its
 #                                 interpreter for a moment (around os.fork())
 #   [ASLEEP + i]                  1 while worker i blocks on the task pipe
@@ -360,6 +361,7 @@ COLLECTOR_ASLEEP = 0
 COLLECTOR_READ = 1
 COLLECTOR_NEEDED = 2
 PARK = 3
+WORKERS = 4  # the pool's max_workers (read by workers to size their idle spin)
 
 
 class ControlLayout:
@@ -370,7 +372,7 @@ class ControlLayout:
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.asleep = 4
+        self.asleep = 5
         self.task_read = self.asleep + slots
         self.result_written = self.task_read + slots
         self.tasks_done = self.result_written + slots

@@ -44,6 +44,7 @@ from ._transport import (
     LENT,
     NSLOTS,
     PARK,
+    WORKERS,
     SKIP_WAKEUPS,
     Channel,
     ControlLayout,
@@ -83,6 +84,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 _FN_CACHE_MAX = 1024
+#: Idle checks (each yielding the CPU) a worker makes before it sleeps.  Only
+#: while the pool has no more workers than CPUs: beyond that, spinning workers
+#: take CPU time from the threads that would give them work.
 SPIN = int(os.environ.get("INTERPEXEC_SPIN", "64"))
 _CANCELLED_MAX = 4096
 
@@ -459,7 +463,8 @@ def _serve(
     count = _compat.queue_count
     task_qid = tasks.qid
     yield_cpu = os.sched_yield
-    spin = SPIN
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    spin = SPIN if ctl[WORKERS] <= cpus else 0
     done = 0
     logs = _LogForwarder(results, index)
     tasks_done = layout.tasks_done + index
