@@ -833,7 +833,7 @@ def render_plot(
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
 
     ws = list(range(1, workers + 1))
     fig, (ax_tp, ax_cpu) = plt.subplots(1, 2, figsize=(12, 4.8))
