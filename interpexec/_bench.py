@@ -830,7 +830,7 @@ def render_plot(
     no_gil: bool,
 ) -> None:
     """Throughput and CPU speedup against the number of workers, as a PNG."""
-    import matplotlib
+    import matplotlib  # type: ignore[import-not-found,unused-ignore]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]

@@ -19,6 +19,12 @@ CASES = {
     "timeouts.py": ((), "interrupted: the future is cancelled"),
     "worker_logging.py": ((), "[0, 1, 4, 9]"),
     "pipeline.py": (("300",), "300 documents in"),
+    # starts examples/web_service.py itself and drives it on loopback
+    "load_test.py": (
+        ("--modes", "interpexec", "--duration", "2", "--client", "python", "--n", "5000"),
+        "| interpexec |",
+    ),
+    "dask_cluster.py": ((), "tasks ran in interpreters"),
 }
 
 
@@ -29,8 +35,9 @@ def test_every_example_is_listed():
     )
 
 
-# Examples that need more than the test extra, or a service: added by their own modules.
-EXTRA_CASES: dict[str, tuple[tuple[str, ...], str]] = {}
+# Examples run by another example's test: the web service is started and driven by
+# load_test.py.
+EXTRA_CASES: dict[str, tuple[tuple[str, ...], str]] = {"web_service.py": ((), "")}
 
 
 @pytest.mark.timeout(120)

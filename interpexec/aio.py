@@ -1,0 +1,222 @@
+"""Await CPU-bound calls in subinterpreters from async code (asyncio or trio).
+
+::
+
+    from interpexec import aio
+
+    total = await aio.run_sync(count_primes, 100_000)            # the default pool
+    total = await aio.run_sync(count_primes, 100_000, executor=pool, limiter=limiter)
+    value = await aio.run_sync(functools.partial(f, 1, key="x"))  # keyword arguments
+
+:func:`run_sync` has the shape of ``anyio.to_interpreter.run_sync`` and runs under
+every backend anyio supports (asyncio and trio), with or without an anyio runner.
+
+* The call goes to a warm :class:`~interpexec.InterpreterPoolExecutor`: ``executor``
+  when given, else a default pool per process, built (and its workers started) in
+  a worker thread on first use, never on the event-loop thread, then reused by
+  every event loop of the process.
+* Waiting costs the event loop nothing: no thread is parked per call and nothing
+  polls.  The pool's future gets a done-callback; when the worker side finishes the
+  call, the callback hands the wake-up to the loop through the loop's own
+  thread-safe entry (``loop.call_soon_threadsafe`` on asyncio,
+  ``TrioToken.run_sync_soon`` on trio).
+* Cancelling the awaiting task (a cancel scope, ``anyio.fail_after``,
+  ``asyncio.timeout``, ``Task.cancel()``...) cancels the call if it has not started
+  yet and *interrupts* it if it is running (:meth:`InterpreterPoolExecutor.interrupt`:
+  an exception is raised inside the task, so its ``finally`` blocks run).  The
+  caller sees its cancellation at once; the worker stops in the background.
+  ``loop.run_in_executor(pool, ...)`` cannot do that: asyncio cancels the pool's
+  future with ``Future.cancel()``, which leaves a running task running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+import anyio.lowlevel
+import anyio.to_thread
+
+from ._executor import InterpreterPoolExecutor
+
+if TYPE_CHECKING:
+    from anyio import CapacityLimiter
+
+__all__ = ["current_default_executor", "run_sync", "set_default_executor"]
+
+
+async def run_sync[*PosArgsT, T_Retval](
+    func: Callable[[*PosArgsT], T_Retval],
+    *args: *PosArgsT,
+    limiter: CapacityLimiter | None = None,
+    executor: InterpreterPoolExecutor | None = None,
+) -> T_Retval:
+    """Call ``func(*args)`` in a subinterpreter and return its result.
+
+    :param func: a picklable callable (a module-level function, or a
+        ``functools.partial`` of one to pass keyword arguments)
+    :param args: its positional arguments (picklable; ``bytes``, ``str``, numbers
+        and tuples of them are passed without pickling)
+    :param limiter: an anyio ``CapacityLimiter`` held for the duration of the call,
+        to bound how many calls run at once.  Without it, calls beyond the pool's
+        workers wait in the pool's queue (cheaply, and still cancellable).
+    :param executor: the pool to run in; by default a per-process pool with one
+        worker per CPU (see :func:`current_default_executor`)
+    :return: what ``func`` returned
+    :raises: what ``func`` raised (with the worker's traceback as ``__cause__``);
+        ``concurrent.futures.CancelledError`` if the pool cancelled the call on its
+        own (e.g. ``shutdown(cancel_futures=True)``)
+
+    Cancelling the awaiting task cancels the call if it is still queued and
+    interrupts it if it is running.
+    """
+    if executor is None:
+        executor = _default
+        if executor is None or not _usable(executor):
+            executor = await current_default_executor()
+    if limiter is None:
+        return await _call(executor, func, args)
+    async with limiter:
+        return await _call(executor, func, args)
+
+
+async def current_default_executor() -> InterpreterPoolExecutor:
+    """The pool :func:`run_sync` uses when no ``executor`` is given.
+
+    Created on first use, in a worker thread (construction and starting the
+    workers never block the event loop), with one worker per CPU; a new one
+    replaces it if it was shut down or broke.  It is shut down at interpreter exit.
+    """
+    executor = _default
+    if executor is not None and _usable(executor):
+        return executor
+    made: InterpreterPoolExecutor = await anyio.to_thread.run_sync(_make_default, abandon_on_cancel=True)
+    return made
+
+
+def set_default_executor(executor: InterpreterPoolExecutor | None) -> None:
+    """Make ``executor`` the pool :func:`run_sync` uses by default (``None``: create
+    a fresh default pool on next use).  The previous default is not shut down."""
+    global _default
+    if executor is not None and not isinstance(executor, InterpreterPoolExecutor):
+        raise TypeError(f"expected an InterpreterPoolExecutor or None, got {type(executor).__name__}")
+    with _default_lock:
+        _default = executor
+
+
+# ------------------------------------------------------------------ default pool
+
+_default: InterpreterPoolExecutor | None = None
+_default_lock = threading.Lock()
+
+
+def _usable(executor: InterpreterPoolExecutor) -> bool:
+    pool = executor._pool
+    return pool.broken is None and not pool.shutdown_flag
+
+
+def _make_default() -> InterpreterPoolExecutor:
+    """Runs in a worker thread: build and warm the default pool (once)."""
+    global _default
+    with _default_lock:
+        executor = _default
+        if executor is None or not _usable(executor):
+            executor = InterpreterPoolExecutor()
+            try:
+                executor.prestart(wait=True)
+            except BaseException:
+                executor.shutdown(wait=False)
+                raise
+            _default = executor
+        return executor
+
+
+# ------------------------------------------------------------------ one call
+
+
+async def _call[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
+    # A call made from an already cancelled scope is never submitted.
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    if _running_trio():
+        return await _call_trio(executor, func, args)
+    return await _call_asyncio(executor, func, args)
+
+
+def _running_trio() -> bool:
+    # trio cannot be running unless it was imported; asyncio-only programs never
+    # pay for the check.
+    if "trio" not in sys.modules:
+        return False
+    import sniffio  # a dependency of trio
+
+    try:
+        library: str = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+    return library == "trio"
+
+
+async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    loop_thread = threading.get_ident()
+    fut = executor.submit(func, *args)
+
+    def on_done(_: Future[Any]) -> None:
+        # Runs in the thread that completed ``fut``: usually the pool's collector,
+        # sometimes the loop's own thread (a submit that collected results).
+        if threading.get_ident() == loop_thread:
+            _wake_asyncio(waiter)
+            return
+        try:
+            loop.call_soon_threadsafe(_wake_asyncio, waiter)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    fut.add_done_callback(on_done)
+    try:
+        await waiter
+    except BaseException:  # cancelled (or interrupted by KeyboardInterrupt...)
+        executor.interrupt(fut)
+        raise
+    return fut.result()
+
+
+def _wake_asyncio(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
+    import trio
+
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+    fut = executor.submit(func, *args)
+    waiting = [True]  # read and written only on the trio thread
+
+    def wake() -> None:
+        if waiting[0]:
+            waiting[0] = False
+            trio.lowlevel.reschedule(task)
+
+    def on_done(_: Future[Any]) -> None:
+        # Any thread.  Even when called right away (``fut`` already done), the
+        # wake-up runs only after this task has gone to sleep below.
+        try:
+            token.run_sync_soon(wake)
+        except trio.RunFinishedError:
+            pass
+
+    def abort(_: Any) -> trio.lowlevel.Abort:
+        waiting[0] = False
+        executor.interrupt(fut)
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    fut.add_done_callback(on_done)
+    await trio.lowlevel.wait_task_rescheduled(abort)
+    return fut.result()
