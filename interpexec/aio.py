@@ -32,6 +32,7 @@ every backend anyio supports (asyncio and trio), with or without an anyio runner
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -194,6 +195,41 @@ def _wake_asyncio(waiter: asyncio.Future[None]) -> None:
 async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
     import trio
 
+    pipe = _borrow_pipe()
+    if pipe is None:  # very many calls in flight: wake through the trio token
+        return await _call_trio_token(executor, func, args)
+    # The done-callback writes a byte to a pipe that this task waits on with
+    # wait_readable: trio's I/O wait then wakes the task itself, one scheduler
+    # pass sooner than a TrioToken.run_sync_soon callback could.
+    rfd, wfd = pipe
+    try:
+        fut = executor.submit(func, *args)
+
+        def on_done(_: Future[Any]) -> None:
+            try:
+                os.write(wfd, b"\0")
+            except OSError:  # full: a wake-up is pending anyway
+                pass
+
+        fut.add_done_callback(on_done)
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(rfd)
+                _drain(rfd)
+                # (a stray byte from an earlier user of the pipe only costs a look)
+                if fut.done():
+                    break
+        except BaseException:  # cancelled
+            executor.interrupt(fut)
+            raise
+    finally:
+        _return_pipe(pipe)
+    return fut.result()
+
+
+async def _call_trio_token[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
+    import trio
+
     task = trio.lowlevel.current_task()
     token = trio.lowlevel.current_trio_token()
     fut = executor.submit(func, *args)
@@ -220,3 +256,47 @@ async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T
     fut.add_done_callback(on_done)
     await trio.lowlevel.wait_task_rescheduled(abort)
     return fut.result()
+
+
+# Wake-up pipes of trio calls: borrowed for one call and returned, never closed (a
+# late done-callback may still write to one).  At most _MAX_PIPES are out at once,
+# so that thousands of concurrent calls do not cost thousands of descriptors.
+_MAX_PIPES = 64
+_pipes: list[tuple[int, int]] = []
+_pipes_out = 0
+_pipes_lock = threading.Lock()
+
+
+def _borrow_pipe() -> tuple[int, int] | None:
+    global _pipes_out
+    with _pipes_lock:
+        if _pipes_out >= _MAX_PIPES:
+            return None
+        _pipes_out += 1
+        if _pipes:
+            return _pipes.pop()
+    try:
+        rfd, wfd = os.pipe()
+    except OSError:
+        with _pipes_lock:
+            _pipes_out -= 1
+        return None
+    os.set_blocking(rfd, False)
+    os.set_blocking(wfd, False)
+    return rfd, wfd
+
+
+def _return_pipe(pipe: tuple[int, int]) -> None:
+    global _pipes_out
+    _drain(pipe[0])
+    with _pipes_lock:
+        _pipes_out -= 1
+        _pipes.append(pipe)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 64):
+            pass
+    except BlockingIOError:
+        pass

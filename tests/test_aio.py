@@ -141,6 +141,23 @@ def fresh_default():
 
 
 @pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_wakeup_pipes_are_bounded_and_reused(pool):
+    results = []
+
+    async def one(i):
+        results.append(await aio.run_sync(h.add, i, 1, executor=pool))
+
+    for _ in range(3):
+        async with anyio.create_task_group() as tg:
+            for i in range(200):
+                tg.start_soon(one, i)
+    assert sorted(results) == sorted(list(range(1, 201)) * 3)
+    assert aio._pipes_out == 0
+    assert len(aio._pipes) <= aio._MAX_PIPES
+
+
+@pytest.mark.anyio
 @pytest.mark.timeout(30)
 async def test_run_sync_returns_result_from_a_worker(pool):
     assert await aio.run_sync(h.add, 2, 3, executor=pool) == 5
@@ -344,7 +361,11 @@ async def _cancel_when_blocked(scope):
 
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
-async def test_cancelling_a_running_call_interrupts_it_promptly(env):
+@pytest.mark.parametrize("max_pipes", [64, 0], ids=["pipe-wakeup", "token-wakeup"])
+async def test_cancelling_a_running_call_interrupts_it_promptly(env, monkeypatch, max_pipes):
+    # On trio a call waits on a pipe, or (with too many calls in flight) for a
+    # TrioToken callback: both ways must interrupt.
+    monkeypatch.setattr(aio, "_MAX_PIPES", max_pipes)
     executor = env.pool(1)
     arrived_r, arrived_w = env.pipe()
     stopped_r, stopped_w = env.pipe()
