@@ -6,7 +6,10 @@
 Side by side, on each anyio backend (asyncio and trio), with N workers (default:
 the CPU count) for both:
 
-  round trip    sequential ``await run_sync(noop)``: median over batches (us)
+  round trip    sequential ``await run_sync(noop)``: median over batches of 100 (us);
+                all implementations in one process, in alternating batches, so
+                that they meet the same background load; ie/anyio is the median
+                of the per-process ratios
   concurrent    C calls started at once, each ``await run_sync(noop,
                 limiter=CapacityLimiter(N))``; calls / time to the last result
   CPU speedup   2N pure-Python loops of ~0.2 s each: serial time in the main
@@ -73,15 +76,74 @@ def _child(impl: str, backend: str, workers: int, calls: int, anyio_calls: int, 
     import anyio
 
     result: dict[str, Any] = {}
-    anyio.run(_child_main, impl, workers, calls, anyio_calls, seq, cpu_n, result, backend=backend)
+    if impl == "paired":
+        anyio.run(_paired_main, backend, workers, seq, result, backend=backend)
+    else:
+        anyio.run(_child_main, impl, workers, calls, anyio_calls, seq, cpu_n, result, backend=backend)
     return result
+
+
+async def _paired_main(backend: str, workers: int, seq: int, out: dict[str, Any]) -> None:
+    """Sequential round trips of every implementation in one process, in
+    alternating batches, so that all of them meet the same background load."""
+    import statistics
+
+    import anyio
+    import anyio.to_interpreter
+    import anyio.to_thread
+    import bench_aio
+
+    import interpexec
+    from interpexec import aio
+
+    def make() -> interpexec.InterpreterPoolExecutor:
+        ex = interpexec.InterpreterPoolExecutor(workers)
+        ex.prestart()
+        return ex
+
+    executor = await anyio.to_thread.run_sync(make)
+    limiter = anyio.CapacityLimiter(workers)
+
+    async def anyio_call() -> None:
+        await anyio.to_interpreter.run_sync(bench_aio.noop, limiter=limiter)
+
+    async def ie_call() -> None:
+        await aio.run_sync(bench_aio.noop, executor=executor)
+
+    calls = {"anyio": anyio_call, "interpexec": ie_call}
+    if backend == "asyncio":
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+
+        async def rie_call() -> None:
+            await loop.run_in_executor(executor, bench_aio.noop)
+
+        calls["run_in_executor"] = rie_call
+    batch = 100
+    means: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():  # warm up
+        for _ in range(batch):
+            await call()
+    for k in range(max(1, seq // batch)):
+        names = list(calls)
+        names = names[k % len(names) :] + names[: k % len(names)]
+        for name in names:
+            call = calls[name]
+            start = time.perf_counter()
+            for _ in range(batch):
+                await call()
+            means[name].append((time.perf_counter() - start) / batch)
+    for name, values in means.items():
+        out[f"round_trip_us_{name}"] = statistics.median(values) * 1e6
+    out["round_trip_ratio"] = out["round_trip_us_interpexec"] / out["round_trip_us_anyio"]
+    await anyio.to_thread.run_sync(executor.shutdown)
 
 
 async def _child_main(
     impl: str, workers: int, calls: int, anyio_calls: int, seq: int, cpu_n: int, out: dict[str, Any]
 ) -> None:
     import functools
-    import statistics
 
     import anyio
     import anyio.to_thread
@@ -133,16 +195,6 @@ async def _child_main(
     await concurrent(2 * workers, bench_aio.noop)
     for _ in range(200):
         await call(bench_aio.noop)
-
-    # Sequential round trip: median of batch means.
-    batch = 100
-    means = []
-    for _ in range(max(1, seq // batch)):
-        start = time.perf_counter()
-        for _ in range(batch):
-            await call(bench_aio.noop)
-        means.append((time.perf_counter() - start) / batch)
-    out["round_trip_us"] = statistics.median(means) * 1e6
 
     # Concurrent calls under CapacityLimiter(workers).
     n = anyio_calls
@@ -246,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     records: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in range(args.rounds):
         for backend in backends:
-            impls = [i for i in IMPLS if backend == "asyncio" or i != "run_in_executor"]
+            impls = ["paired", *(i for i in IMPLS if backend == "asyncio" or i != "run_in_executor")]
             shift = r % len(impls)
             for impl in impls[shift:] + impls[:shift]:
                 rec = _run_child(
@@ -282,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     lines.append(header)
     for backend in backends:
-        rt = [med(backend, i, "round_trip_us") for i in IMPLS]
+        rt = [med(backend, "paired", f"round_trip_us_{i}") for i in IMPLS]
         small = [med(backend, i, "concurrent_small_cps") for i in IMPLS]
         big = [
             float("nan"),
@@ -290,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             med(backend, "run_in_executor", "concurrent_cps"),
         ]
         cpu = [med(backend, i, "cpu_speedup") for i in IMPLS]
-        rt_ratio = rt[1] / rt[0]
+        rt_ratio = med(backend, "paired", "round_trip_ratio")  # median of the per-process ratios
         conc_ratio = big[1] / small[0]
         summary[backend] = {
             "round_trip_us": dict(zip(IMPLS, rt, strict=True)),
