@@ -259,6 +259,8 @@ class Pool:
     def update_needed_locked(self) -> None:
         """Keep the control block's COLLECTOR_NEEDED flag true to the pool state.
         Call it after changing ``pending``, ``shutdown_flag`` or ``watched``."""
+        if (self.pending or self.shutdown_flag) and self.ctl[COLLECTOR_NEEDED]:
+            return  # needed, and already published (the common case in a burst)
         with self.watch_lock:
             self._write_needed_wl()
 
