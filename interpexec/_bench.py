@@ -1128,7 +1128,8 @@ def _run(args: argparse.Namespace, default_json_dir: str | None) -> int:
     load_after = os.getloadavg()
     print(
         f"medians of {rounds_n} round(s); round trip over {cfg.rt_calls} calls; map over {cfg.map_items:,} items; "
-        f"CPU: {cfg.cpu_tasks} tasks of ~{cpu_seconds:g} s, best of {cfg.cpu_reps}; load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
+        f"CPU: {cfg.cpu_tasks} tasks of ~{cpu_seconds:g} s, best of {cfg.cpu_reps}; "
+        f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}"
     )
     print(render_table(medians, errors, missing, targets, cfg, no_gil))
     print(legend(no_gil))
