@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import _base
+from concurrent.futures import Future, _base
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -468,7 +468,7 @@ class Pool:
         """Stop the task behind ``fut`` whether pending or running."""
         if fut._state not in WAITABLE:
             return False
-        if fut.cancel():
+        if Future.cancel(fut):  # (the standard cancel, not PoolFuture's)
             return True
         tid = fut._ie_tid
         with self.lock:
@@ -479,6 +479,11 @@ class Pool:
         for w in workers:
             w.commands.put((wm.INTERRUPT, tid))
         return fut.force_cancel()
+
+    def interrupted_in_flight(self) -> list[int]:
+        """Tasks handed to the workers and interrupted, not yet reported back."""
+        with self.lock:
+            return [tid for tid, item in self.inflight.items() if item.future.cancelled()]
 
     def interrupt_running(self) -> None:
         with self.lock:
@@ -658,6 +663,7 @@ class Pool:
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> dict[str, Any]:
+        self.collect()  # results are delivered lazily: count the finished ones as such
         ctl, layout = self.ctl, self.layout
         now = time.monotonic()
         with self.lock:
@@ -737,14 +743,17 @@ def exiting() -> bool:
 
 
 def _python_exit() -> None:
-    """At interpreter exit, before threads are joined: stop every pool.  Pending
-    work is cancelled (as ThreadPoolExecutor drops it at exit); running tasks
-    finish."""
+    """At interpreter exit, before threads are joined: stop every pool.  As with
+    ThreadPoolExecutor and ProcessPoolExecutor, queued work still runs and exit
+    waits for it; except when the program ends on an unhandled Ctrl-C
+    (KeyboardInterrupt), where work not started yet is cancelled so that the
+    process ends promptly.  Running tasks always finish."""
     global _exiting
     _exiting = True
+    interrupted = isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt)
     pools = list(LIVE_POOLS)
     for pool in pools:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=interrupted)
     # A worker retired while stuck in C still runs inside its interpreter, and
     # CPython cannot finalize while one does: exit waits for those calls to end.
     for pool in pools:
