@@ -133,6 +133,10 @@ class Worker:
             return _compat.ExecFailure("InterpreterError", "", f"could not create an interpreter: {exc!r}")
         self.interp_id = interp_id
         try:
+            # Tasks interrupted while still queued are skipped by the interpreter
+            # that was told so; that one may have been recycled since: tell this one.
+            for tid in pool.interrupted_in_flight():
+                self.commands.put((wm.INTERRUPT, tid))
             _compat.queue_put(self.handoff, pool.control_view)
             return _compat.run_string(interp_id, source)
         except BaseException as exc:  # the interpreter could not be entered

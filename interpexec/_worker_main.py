@@ -402,7 +402,6 @@ def _serve(
         fixup.apply()
         return decode(enc)
 
-    results.put((-1, EVENT, index, EV_STARTED, _compat.current_interpreter_id()))
     if init_blob is not None:
         try:
             fn_blob, initargs = load(init_blob)
@@ -410,6 +409,8 @@ def _serve(
         except BaseException as exc:
             results.put((-1, EVENT, index, EV_INIT_FAILED, pack_exception(exc)))
             return None
+    # Ready to take tasks (prestart(wait=True) waits for this): after the initializer.
+    results.put((-1, EVENT, index, EV_STARTED, _compat.current_interpreter_id()))
 
     def run(msg: tuple[Any, ...]) -> tuple[Any, ...]:
         """Run one task.  An Interrupted may surface anywhere from the moment
