@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import Future, _base
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,6 +38,19 @@ class PoolFuture(Future[T]):
             self._ie_pool.collect()
         return super().done()
 
+    def cancel(self) -> bool:
+        """Standard: cancels only work no worker has taken yet.
+
+        One exception: when asyncio cancels the task awaiting this future (through
+        ``loop.run_in_executor`` or ``asyncio.wrap_future``), a task already handed
+        to a worker is interrupted too, as :func:`interpexec.aio.run_sync` does,
+        instead of running on, unwanted, to its end."""
+        if super().cancel():
+            return True
+        if self._ie_pool is not None and self._state == _base.RUNNING and _asyncio_cancels():
+            return self._ie_pool.interrupt(self)
+        return False
+
     def add_done_callback(self, fn: Any) -> None:
         if self._ie_pool is not None and self._state in WAITABLE:
             self._ie_pool.watch_tid(self._ie_tid)
@@ -66,6 +80,13 @@ class PoolFuture(Future[T]):
             self._condition.notify_all()
         self._invoke_callbacks()  # type: ignore[attr-defined]
         return True
+
+
+def _asyncio_cancels() -> bool:
+    """Is PoolFuture.cancel() being called by asyncio because the asyncio future
+    chained to it (``asyncio.futures._chain_future``) was cancelled?"""
+    caller = sys._getframe(2)  # 0: here, 1: cancel(), 2: its caller
+    return caller.f_code.co_name == "_call_check_cancel" and caller.f_globals.get("__name__") == "asyncio.futures"
 
 
 class _WaiterList(list[Any]):

@@ -18,15 +18,15 @@ every backend anyio supports (asyncio and trio), with or without an anyio runner
 * Waiting costs the event loop nothing: no thread is parked per call and nothing
   polls.  The pool's future gets a done-callback; when the worker side finishes the
   call, the callback hands the wake-up to the loop through the loop's own
-  thread-safe entry (``loop.call_soon_threadsafe`` on asyncio,
-  ``TrioToken.run_sync_soon`` on trio).
+  thread-safe entry (``loop.call_soon_threadsafe`` on asyncio; on trio a byte on
+  a pipe the task waits on, or ``TrioToken.run_sync_soon`` when very many calls
+  are in flight).
 * Cancelling the awaiting task (a cancel scope, ``anyio.fail_after``,
   ``asyncio.timeout``, ``Task.cancel()``...) cancels the call if it has not started
   yet and *interrupts* it if it is running (:meth:`InterpreterPoolExecutor.interrupt`:
   an exception is raised inside the task, so its ``finally`` blocks run).  The
   caller sees its cancellation at once; the worker stops in the background.
-  ``loop.run_in_executor(pool, ...)`` cannot do that: asyncio cancels the pool's
-  future with ``Future.cancel()``, which leaves a running task running.
+  (``loop.run_in_executor(pool, ...)`` on an interpexec pool does the same.)
 """
 
 from __future__ import annotations

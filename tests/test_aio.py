@@ -638,34 +638,48 @@ def test_run_in_executor_cancel_cancels_a_queued_call(env):
 
 
 @pytest.mark.timeout(60)
-def test_run_in_executor_cancel_cannot_stop_a_running_task(env):
-    """The documented limitation: asyncio cancels the pool's future with
-    ``Future.cancel()``, which fails for a running task, so the task runs on.
-    ``interpexec.aio.run_sync`` interrupts it instead (next test)."""
+def test_run_in_executor_cancel_interrupts_a_running_task(env):
+    """asyncio cancels the pool's future when the awaiting task is cancelled: a
+    task already running in a worker is interrupted (its ``finally`` runs), and
+    the worker takes the next call."""
     executor = env.pool(1)
-    arrived_r, arrived_w, go_r, go_w = env.gate()
-    record_r, record_w = env.pipe()
+    arrived_r, arrived_w = env.pipe()
+    stopped_r, stopped_w = env.pipe()
 
     async def main():
         loop = asyncio.get_running_loop()
 
         async def caller():
-            return await loop.run_in_executor(executor, h.gated, arrived_w, go_r, "late")
+            return await loop.run_in_executor(executor, h.spin_until_stopped, arrived_w, stopped_w)
 
         task = asyncio.create_task(caller())
         await asyncio.to_thread(read_bytes, arrived_r)
+        cancelled_at = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        # The caller is cancelled, but the task still runs in the worker.
-        assert executor.stats()["in_flight"] == 1
-        assert nothing_to_read(record_r)
-        os.write(go_w, b"g")
-        # It finishes normally; the next call runs after it.
-        return await loop.run_in_executor(executor, h.record, record_w, 9)
+        seen = time.monotonic() - cancelled_at
+        stopped = await asyncio.to_thread(read_bytes, stopped_r)
+        return seen, stopped, await loop.run_in_executor(executor, h.add, 20, 1)
 
-    assert _run(main) == 9
-    assert read_bytes(record_r) == bytes([9])
+    seen, stopped, after = _run(main)
+    assert seen < 1.0
+    assert stopped == b"s"  # stopped by the interrupt, not run out
+    assert after == 21
+
+
+@pytest.mark.timeout(60)
+def test_plain_future_cancel_keeps_its_standard_meaning(env):
+    """Outside asyncio's cancellation, ``Future.cancel()`` of a running task
+    returns False and the task runs on (the concurrent.futures contract)."""
+    executor = env.pool(1)
+    arrived_r, arrived_w, go_r, go_w = env.gate()
+    fut = executor.submit(h.gated, arrived_w, go_r, "done")
+    read_bytes(arrived_r)
+    assert fut.cancel() is False
+    assert fut.running()
+    os.write(go_w, b"g")
+    assert fut.result(timeout=30) == "done"
 
 
 @pytest.mark.timeout(60)
