@@ -38,4 +38,4 @@ if __name__ == "__main__":
 
     assert parallel == serial
     print(f"serial      {t_serial:6.2f} s")
-    print(f"interpexec  {t_pool:6.2f} s  ({t_serial / t_pool:.2f}x, {pool._max_workers} workers)")
+    print(f"interpexec  {t_pool:6.2f} s  ({t_serial / t_pool:.2f}x, {pool.max_workers} workers)")

@@ -35,7 +35,7 @@ if __name__ == "__main__":
 
     shared = share(arr, writable=True)
     with InterpreterPoolExecutor() as pool:
-        step = -(-n // (4 * pool._max_workers))
+        step = -(-n // (4 * pool.max_workers))
         bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
         done = sum(pool.map(smooth_chunk, [shared] * len(bounds), *zip(*bounds, strict=True)))
 

@@ -108,6 +108,12 @@ class InterpreterPoolExecutor(Executor):
         LIVE_POOLS.add(self._pool)
         weakref.finalize(self, Pool.shutdown, self._pool, False, False)
 
+    @property
+    def max_workers(self) -> int:
+        """The number of workers the pool runs at most (``_max_workers`` too, as in
+        the standard executors)."""
+        return self._max_workers
+
     # ---------------------------------------------------------------- submit
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         return self._submit(fn, args, kwargs, self._task_timeout)
@@ -147,7 +153,7 @@ class InterpreterPoolExecutor(Executor):
         msg: tuple[Any, ...] | None
         try:
             msg = _encode_call(fn, args, kwargs, timeout)
-        except BaseException as exc:
+        except Exception as exc:  # (a KeyboardInterrupt propagates, as it should)
             msg = None
             error = exc
         with pool.lock:
@@ -251,7 +257,11 @@ class InterpreterPoolExecutor(Executor):
 
 
 def _check_timeout(name: str, value: float | None) -> None:
-    if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be None or a number, not {type(value).__name__}")
+    if value < 0:
         raise ValueError(f"{name} must be None or a number >= 0")
 
 
