@@ -75,12 +75,10 @@ def available(dotted: str) -> bool:
 
 
 class IfAvailable(SphinxDirective):
-    """``{if-available} NAME``: render the content only when NAME imports.
-
-    Parts of interpexec that land separately (``interpexec.Queue``,
-    ``interpexec.aio``, ``interpexec.dask``) are documented inside it, so the build
-    stays clean both before and after they exist.
-    """
+    """``{if-available} NAME``: render the content when NAME imports, and fail the
+    build (an error, whatever ``-W`` says) when it does not, so that the API
+    reference can never silently lose a section (``interpexec.Queue``,
+    ``interpexec.aio``, ``interpexec.dask`` are documented inside it)."""
 
     required_arguments = 1
     has_content = True
@@ -89,9 +87,7 @@ class IfAvailable(SphinxDirective):
         name = self.arguments[0]
         if available(name):
             return self.parse_content_to_nodes()
-        note = nodes.note()
-        note += nodes.paragraph(text=f"{name} is not available in this version of interpexec.")
-        return [note]
+        raise self.error(f"{name} does not import: its API reference cannot be built")
 
 
 def _literal_call_signatures(
