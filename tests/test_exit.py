@@ -1,0 +1,99 @@
+"""What happens to a pool that is never shut down when the program ends.
+
+As with ThreadPoolExecutor and ProcessPoolExecutor, queued work still runs and
+exit waits for it; after an unhandled Ctrl-C, work not started yet is cancelled
+so that the process ends promptly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+QUEUED_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        wfd = int(sys.argv[1])
+        pool = InterpreterPoolExecutor(2)
+        for i in range(40):
+            pool.submit(fh.busy_then_value, 0.01, i).add_done_callback(
+                lambda f: os.write(wfd, bytes([f.result()]))
+            )
+        if sys.argv[2] == "nowait":
+            pool.shutdown(wait=False)
+        print("submitted", flush=True)
+        # the end of the program: nothing waits for the 40 tasks but the exit itself
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["never", "nowait"])
+def test_queued_work_still_runs_at_exit(tmp_path, how):
+    script = tmp_path / "queued.py"
+    script.write_text(QUEUED_SCRIPT.format(root=ROOT))
+    rfd, wfd = os.pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(wfd), how],
+            capture_output=True,
+            text=True,
+            timeout=50,
+            pass_fds=(wfd,),
+        )
+        os.close(wfd)
+        wfd = -1
+        done = b""
+        while chunk := os.read(rfd, 1024):
+            done += chunk
+    finally:
+        os.close(rfd)
+        if wfd >= 0:
+            os.close(wfd)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "submitted"
+    assert sorted(done) == list(range(40))  # every queued task ran, once
+    assert "Traceback" not in proc.stderr and "Fatal" not in proc.stderr
+
+
+CTRL_C_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        pool = InterpreterPoolExecutor(2)  # no with-block, no shutdown()
+        futs = [pool.submit(fh.busy_then_value, 0.2, i) for i in range(400)]
+        print("started", flush=True)
+        futs[-1].result()
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_unhandled_ctrl_c_cancels_queued_work_and_ends_the_process(tmp_path):
+    script = tmp_path / "ctrlc.py"
+    script.write_text(CTRL_C_SCRIPT.format(root=ROOT))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # 400 x 0.2 s of work on 2 workers would take 40 s
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err
+    assert "Fatal Python error" not in err
