@@ -55,6 +55,7 @@ from ._transport import (
     LENT,
     NSLOTS,
     PARK,
+    SAME_ARG,
     SKIP_WAKEUPS,
     WORKERS,
     Channel,
@@ -393,6 +394,8 @@ class Pool:
                 enc = msg[2]
                 if enc[0] == LENT:  # the task returned a view its caller lent it
                     value = relend(item.msg[3][2][enc[1]], enc[2], enc[3])
+                elif enc[0] == SAME_ARG:  # ... or one of its (immutable) arguments
+                    value = item.args[0][enc[1]]
                 else:
                     value = decode(enc)
             except BaseException as exc:

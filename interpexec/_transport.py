@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 NATIVE = 0
 PICKLED = 1
 LENT = 2  # a result that is a view lent by the caller: (LENT, buffer index, format, shape)
+#: A result that is one of the call's own positional arguments, unchanged: a large
+#: ``bytes`` or ``str`` (immutable), which the caller already holds: (SAME_ARG, index).
+#: It goes back as that reference instead of a second copy of the payload.
+SAME_ARG = 3
+SAME_ARG_MIN = 64 * 1024  # below this, copying is as cheap as the check
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1

@@ -42,8 +42,11 @@ from ._transport import (
     COLLECTOR_READ,
     INTERRUPT_FDS,
     LENT,
+    NATIVE,
     NSLOTS,
     PARK,
+    SAME_ARG,
+    SAME_ARG_MIN,
     SKIP_WAKEUPS,
     WORKERS,
     Channel,
@@ -300,9 +303,17 @@ class _Watchdog:
                     self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
 
 
-def _encode_result(value: Any, payload: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Encode a task's result; a view the caller lent comes back as a reference."""
-    if type(value) is memoryview and _shared._lent and len(payload) == 3:
+def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Encode a task's result; a view the caller lent, or a large immutable
+    argument returned unchanged, comes back as a reference to what the caller has."""
+    tp = type(value)
+    # (Only if the arguments crossed natively: then each is exactly what the
+    # caller passed, not something a reducer rebuilt.)
+    if (tp is bytes or tp is str) and len(value) >= SAME_ARG_MIN and payload[0] == NATIVE:
+        for index, arg in enumerate(args):
+            if arg is value:
+                return (SAME_ARG, index)
+    if tp is memoryview and _shared._lent and len(payload) == 3:
         buffer = _shared.lent_buffer(value)
         if buffer is not None:
             for index, crossed in enumerate(payload[2]):
@@ -435,7 +446,7 @@ def _serve(
             if kind == CALL:
                 args, kwargs = load_payload(msg[3])
                 value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
-                out: tuple[Any, ...] = (tid, OK, _encode_result(value, msg[3]))
+                out: tuple[Any, ...] = (tid, OK, _encode_result(value, msg[3], args))
             else:  # CHUNK: argument columns in, one column of results out
                 values = tuple(map(fn, *load_payload(msg[3])))
                 out = (tid, OK, encode_flat(values, share_buffers=False, snapshot=True))

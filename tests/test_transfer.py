@@ -1,0 +1,63 @@
+"""How large immutable values come back: an argument returned unchanged is the
+caller's own object again (no copy back); anything else is a faithful copy."""
+
+from __future__ import annotations
+
+import copyreg
+import pickle
+
+import pytest
+
+from interpexec import InterpreterPoolExecutor
+
+from . import transfer_helpers as th
+
+BIG = 1 << 20  # above the 64 KiB threshold
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with InterpreterPoolExecutor(2) as ex:
+        yield ex
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", [bytes(range(256)) * (BIG // 256), "ü" * BIG], ids=["bytes", "str"])
+def test_a_large_argument_returned_unchanged_is_the_callers_own_object(pool, value):
+    assert pool.submit(th.identity, value).result(timeout=20) is value
+    other = type(value)(value[:1])
+    assert pool.submit(th.second, other, value).result(timeout=20) is value
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", [b"x" * BIG, "x" * BIG], ids=["bytes", "str"])
+def test_new_results_are_copied_back_faithfully(pool, value):
+    grown = pool.submit(th.appended, value).result(timeout=20)
+    assert type(grown) is type(value) and grown == value + value[:1]
+    same_value = pool.submit(th.fresh_copy, value).result(timeout=20)
+    assert type(same_value) is type(value) and same_value == value
+
+
+@pytest.mark.timeout(30)
+def test_small_values_round_trip(pool):
+    assert pool.submit(th.identity, b"abc").result(timeout=20) == b"abc"
+    assert pool.submit(th.identity, "abc").result(timeout=20) == "abc"
+
+
+class Blob:
+    """Pickles as a plain bytes object: the worker sees bytes, not a Blob."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+copyreg.pickle(Blob, lambda b: (bytes, (b.data,)))
+
+
+@pytest.mark.timeout(30)
+def test_an_argument_rebuilt_by_a_reducer_comes_back_as_what_the_task_returned(pool):
+    blob = Blob(b"y" * BIG)
+    assert type(pickle.loads(pickle.dumps(blob))) is bytes
+    got = pool.submit(th.identity, blob).result(timeout=20)
+    assert type(got) is bytes and got == blob.data  # not the caller's Blob
+    assert pool.submit(th.kind_and_size, blob).result(timeout=20) == ("bytes", BIG)

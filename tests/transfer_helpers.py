@@ -1,0 +1,26 @@
+"""Task functions for tests/test_transfer.py (importable by workers)."""
+
+from __future__ import annotations
+
+
+def second(a, b):
+    """Return the second argument unchanged."""
+    return b
+
+
+def identity(x):
+    return x
+
+
+def appended(x):
+    """A new object equal to the argument plus one item."""
+    return x + x[:1]
+
+
+def fresh_copy(x):
+    """An equal but distinct object (sliced copy)."""
+    return x[:-1] + x[-1:]
+
+
+def kind_and_size(x):
+    return type(x).__name__, len(x)
