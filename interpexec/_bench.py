@@ -48,7 +48,8 @@ metrics:
   chunked map   ex.map(inc, range(200_000), chunksize=256) (items/s)
   CPU speedup   2N pure-Python loops of ~0.2 s each: serial time / pool time,
                 best of 3 alternating runs of each
-  16 MiB echo   ex.submit(identity, payload).result() (ms)
+  16 MiB echo   ex.submit(identity, payload).result() (ms): median of 10, after
+                one untimed echo per worker
   memory        resident memory (VmRSS) of the process and all its descendants once
                 every worker has run a task, minus the same before the pool existed,
                 divided by N (MB = 2**20 bytes); for ProcessPoolExecutor this
@@ -395,6 +396,10 @@ class Child:
 
         ex = self.executor()
         payload = os.urandom(self.cfg.echo_bytes)
+        # Untimed first: one echo per worker, so that no executor is timed on the
+        # page faults of its workers' first large allocations.
+        for _ in range(self.cfg.workers):
+            ex.submit(workloads.identity, payload).result()
         times: list[float] = []
         for _ in range(self.cfg.echo_reps):
             t0 = time.perf_counter()
@@ -1051,7 +1056,7 @@ def _run(args: argparse.Namespace, default_json_dir: str | None) -> int:
         cpu_tasks=2 * workers,
         cpu_reps=1 if quick else 3,
         echo_bytes=16 * MIB,
-        echo_reps=2 if quick else 5,
+        echo_reps=2 if quick else 10,
         timeout=args.timeout or (20.0 if quick else 120.0),
     )
     sweep_ws = list(range(1, workers)) if plot_path else []
