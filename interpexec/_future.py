@@ -43,7 +43,9 @@ class PoolFuture(Future[T]):
         """Attach to the pool that runs it (before anyone else sees the future)."""
         self._ie_pool = pool
         self._ie_tid = tid
-        self._waiters = _WaiterList(pool, tid)
+        waiters = self._waiters = _WaiterList()  # (no Python-level __init__: a submit each)
+        waiters._pool = pool
+        waiters._tid = tid
 
     def done(self) -> bool:
         if self._ie_pool is not None and self._state in WAITABLE:
@@ -135,11 +137,8 @@ class _WaiterList(list[Any]):
     holds the task id, not the future, to stay out of a reference cycle.)"""
 
     __slots__ = ("_pool", "_tid")
-
-    def __init__(self, pool: Pool, tid: int) -> None:
-        super().__init__()
-        self._pool = pool
-        self._tid = tid
+    _pool: Pool
+    _tid: int
 
     def append(self, waiter: Any) -> None:
         self._pool.watch_tid(self._tid)

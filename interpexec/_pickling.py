@@ -18,12 +18,23 @@ from typing import Any
 _FN_BLOBS: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
 
 
+#: The last function pickled and its pickle: a burst of submits sends the same
+#: function again and again, and a weak reference is cheaper to check than a
+#: WeakKeyDictionary lookup (which builds a new weak reference every time).
+_last: tuple[weakref.ref[Any], bytes] | None = None
+
+
 def dumps_callable(fn: Any) -> bytes:
     """Pickle a callable for a worker, caching plain functions' pickles."""
+    global _last
     if type(fn) is types.FunctionType:
+        last = _last
+        if last is not None and last[0]() is fn:
+            return last[1]
         blob = _FN_BLOBS.get(fn)
         if blob is None:
             blob = _FN_BLOBS[fn] = _pickle_callable(fn)
+        _last = (weakref.ref(fn), blob)
         return blob
     return _pickle_callable(fn)
 
