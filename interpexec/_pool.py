@@ -527,7 +527,8 @@ class Pool:
                 return
             self.broken = message
             self.broken_cause = cause
-            doomed = [item for _, item in self.pending] + list(self.inflight.values())
+            waiting = [item for _, item in self.pending]
+            doomed = list(self.inflight.values())
             self.pending.clear()
             self.inflight.clear()
             with self.watch_lock:
@@ -535,6 +536,9 @@ class Pool:
             self.shutdown_flag = True
             self.dispatch_locked()  # sends STOP to the workers still alive
             self.ready.notify_all()
+        for item in waiting:  # never dispatched: still PENDING (unless cancelled)
+            if item.future.set_running_or_notify_cancel():
+                doomed.append(item)
         for item in doomed:
             _set_exception(item.future, self.broken_error())
             if item.waiter_fd:

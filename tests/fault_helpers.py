@@ -71,6 +71,48 @@ def spin_with_cleanup(fd):
         os.write(fd, b"cleaned")
 
 
+def _spin():
+    while True:
+        pass
+
+
+def _busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+# The two tasks below signal inside their try, and run their loop in a function
+# they call: a stop request lands at any bytecode boundary, and it must reach the
+# try.  (Written inline, a loop's back edge can lie outside the try's exception
+# table range, where an exception skips the handler: CPython issue gh-130279,
+# seen on 3.13 for `while <condition>:` and on 3.14 for `while True: if ...: break`.
+# An exception from a called function enters the caller at the call, inside it.)
+
+
+def spin_until_stopped(started_fd, stopped_fd):
+    """Write b"r" to ``started_fd`` once running (so the test knows the task really
+    runs, not just sits in a queue), spin until stopped, and write b"s" to
+    ``stopped_fd`` on the way out (proof that it was stopped while running)."""
+    try:
+        os.write(started_fd, b"r")
+        _spin()
+    finally:
+        os.write(stopped_fd, b"s")
+
+
+def busy_signalled(started_fd, stopped_fd, seconds, value):
+    """Write b"r" to ``started_fd``, busy-loop ``seconds``, return ``value``; if it is
+    stopped on the way, write b"s" to ``stopped_fd``."""
+    try:
+        os.write(started_fd, b"r")
+        _busy(seconds)
+    except BaseException:
+        os.write(stopped_fd, b"s")
+        raise
+    return value
+
+
 def block_in_c(seconds):
     time.sleep(seconds)
     return "woke"

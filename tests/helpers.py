@@ -286,6 +286,24 @@ class Gate:
             os.close(fd)
 
 
+def wait_bytes(fd, n, timeout=30.0):
+    """Read exactly ``n`` bytes from the pipe ``fd`` (written by tasks), failing after
+    ``timeout`` seconds: ``select`` on the pipe, never sleeping."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    got = b""
+    while len(got) < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise AssertionError(f"only {len(got)} of {n} bytes arrived within {timeout} s: {got!r}")
+        chunk = os.read(fd, n - len(got))
+        if not chunk:
+            raise AssertionError(f"pipe closed after {len(got)} of {n} bytes: {got!r}")
+        got += chunk
+    return got
+
+
 def read_all(fd):
     """Read what a pipe holds now, without blocking."""
     os.set_blocking(fd, False)

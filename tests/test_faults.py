@@ -40,6 +40,7 @@ import interpexec
 from interpexec import BrokenInterpreterPool, IncompatibleModuleError, InterpreterPoolExecutor, RemoteError
 
 from . import fault_helpers as fh
+from . import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,15 +223,33 @@ def test_sixteen_submitters_racing_a_shutdown():
 
 @pytest.mark.timeout(60)
 def test_terminate_workers_cancels_queued_and_stops_running():
-    ex = InterpreterPoolExecutor(1)
-    running = ex.submit(fh.spin_forever)
-    queued = [ex.submit(fh.ok, i) for i in range(20)]
-    assert ex.submit  # the pool is alive
-    ex.terminate_workers()
-    assert running.cancelled()
-    assert all(f.cancelled() for f in queued)
-    with pytest.raises(RuntimeError):
-        ex.submit(fh.ok, 1)
+    started_r, started_w = os.pipe()
+    stopped_r, stopped_w = os.pipe()
+    # (a generous grace: a pure-Python loop returns at once when stopped; the
+    # worker must not be retired and left running on a loaded machine)
+    ex = InterpreterPoolExecutor(1, thread_name_prefix="ietest-terminate", interrupt_grace=30)
+    try:
+        running = ex.submit(fh.spin_until_stopped, started_w, stopped_w)
+        queued = [ex.submit(fh.ok, i) for i in range(20)]
+        # The task really runs in the worker (it is not merely queued), and the
+        # pool is alive: nothing has finished.
+        assert helpers.wait_bytes(started_r, 1) == b"r"
+        assert not running.done()
+        assert not any(f.done() for f in queued)
+        ex.terminate_workers()
+        assert running.cancelled()
+        assert all(f.cancelled() for f in queued)
+        # The running task was stopped inside the worker (its finally ran) and the
+        # single worker, which could take nothing else, has ended.
+        assert helpers.wait_bytes(stopped_r, 1) == b"s"
+        assert not [t for t in threading.enumerate() if t.name.startswith("ietest-terminate") and t.is_alive()]
+        with pytest.raises(RuntimeError):
+            ex.submit(fh.ok, 1)
+        ex.terminate_workers()  # a second call is harmless
+    finally:
+        ex.terminate_workers()  # (if an assertion failed: do not leave the task spinning)
+        for fd in (started_r, started_w, stopped_r, stopped_w):
+            os.close(fd)
 
 
 @pytest.mark.timeout(30)

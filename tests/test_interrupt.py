@@ -4,21 +4,36 @@ retiring a worker stuck in C code."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import os
 import random
 import threading
+import types
 
 import pytest
 
 from interpexec import InterpreterPoolExecutor
 
 from . import fault_helpers as fh
+from . import helpers
 
 
-def _interpreters_alive() -> int:
+def _interpreter_ids() -> set[int]:
+    """Ids of the interpreters that exist now (CPython never reuses an id)."""
     import _interpreters
 
-    return len(_interpreters.list_all())
+    return {int(entry[0]) for entry in _interpreters.list_all()}
+
+
+@pytest.fixture
+def signals():
+    """Two pipes tasks write to: ``started`` once they run, ``stopped`` when they are
+    stopped (see fault_helpers.spin_until_stopped / busy_signalled)."""
+    started_r, started_w = os.pipe()
+    stopped_r, stopped_w = os.pipe()
+    yield types.SimpleNamespace(started_r=started_r, started_w=started_w, stopped_r=stopped_r, stopped_w=stopped_w)
+    for fd in (started_r, started_w, stopped_r, stopped_w):
+        os.close(fd)
 
 
 @pytest.mark.timeout(30)
@@ -58,16 +73,19 @@ def test_pool_wide_task_timeout_applies_to_submit():
 
 
 @pytest.mark.timeout(30)
-def test_interrupt_stops_a_running_task_and_cancel_keeps_its_meaning():
+def test_interrupt_stops_a_running_task_and_cancel_keeps_its_meaning(signals):
     with InterpreterPoolExecutor(1) as ex:
-        running = ex.submit(fh.spin_forever)
+        running = ex.submit(fh.spin_until_stopped, signals.started_w, signals.stopped_w)
         queued = ex.submit(fh.ok, 1)
-        # Wait until it runs: a second task cannot start before it.
+        # Wait until it runs (the single worker cannot start the second task before it).
+        assert helpers.wait_bytes(signals.started_r, 1) == b"r"
         assert not running.cancel()  # standard meaning: a running task is not cancelled
         assert ex.interrupt(running)
         assert running.cancelled()
         with pytest.raises(cf.CancelledError):
             running.result(timeout=1)
+        # Stopped inside the worker (its finally ran), which then takes the next task.
+        assert helpers.wait_bytes(signals.stopped_r, 1) == b"s"
         assert queued.result(timeout=10) == 1
         done = ex.submit(fh.ok, 2)
         assert done.result(timeout=10) == 2
@@ -75,13 +93,15 @@ def test_interrupt_stops_a_running_task_and_cancel_keeps_its_meaning():
 
 
 @pytest.mark.timeout(30)
-def test_interrupt_a_pending_task_cancels_it():
+def test_interrupt_a_pending_task_cancels_it(signals):
     with InterpreterPoolExecutor(1) as ex:
-        blocker = ex.submit(fh.spin_forever)
+        blocker = ex.submit(fh.spin_until_stopped, signals.started_w, signals.stopped_w)
         pending = [ex.submit(fh.ok, i) for i in range(50)]
+        assert helpers.wait_bytes(signals.started_r, 1) == b"r"  # the blocker runs
         assert ex.interrupt(pending[-1])
         assert pending[-1].cancelled()
         assert ex.interrupt(blocker)
+        assert helpers.wait_bytes(signals.stopped_r, 1) == b"s"
         assert [f.result(timeout=10) for f in pending[:-1]] == list(range(49))
 
 
@@ -103,10 +123,13 @@ def test_stuck_c_call_is_retired_and_capacity_comes_back():
 
 @pytest.mark.timeout(120)
 def test_random_deadlines_and_interrupts_leave_nothing_behind():
-    threads_before = threading.active_count()
-    interps_before = _interpreters_alive()
+    # Compared as sets: threads or interpreters of earlier tests (a worker retired
+    # while stuck in C ends on its own) may come and go meanwhile.
+    threads_before = set(threading.enumerate())
+    interps_before = _interpreter_ids()
+    prefix = "ietest-leak"
     rng = random.Random(1234)
-    with InterpreterPoolExecutor(2, interrupt_grace=0.5) as ex:
+    with InterpreterPoolExecutor(2, interrupt_grace=0.5, thread_name_prefix=prefix) as ex:
         futs = []
         for i in range(1000):
             kind = rng.random()
@@ -125,29 +148,58 @@ def test_random_deadlines_and_interrupts_leave_nothing_behind():
             assert exc is None or isinstance(exc, TimeoutError), repr(exc)
             if exc is None:
                 assert f.result() == i
-    # (<=: a thread retired by an earlier test may have finished meanwhile)
-    assert threading.active_count() <= threads_before
-    assert _interpreters_alive() <= interps_before
+    # shutdown(wait=True) has joined the collector and every worker, except one
+    # retired because a stopped task did not return within interrupt_grace: such a
+    # worker ends by itself once its (short) task returns.  Only those may remain.
+    leftover = [t for t in threading.enumerate() if t not in threads_before]
+    assert all(t.name.startswith(prefix + "_") and t.name != prefix + "_collector" for t in leftover), leftover
+    still_listed = ex.stats()["workers"]
+    assert all(w["retired"] for w in still_listed), still_listed
+    for t in leftover:
+        t.join(timeout=30)
+    assert [t for t in threading.enumerate() if t not in threads_before] == []
+    assert _interpreter_ids() - interps_before == set()
 
 
 @pytest.mark.timeout(60)
-def test_shutdown_can_interrupt_running_tasks():
+def test_shutdown_can_interrupt_running_tasks(signals):
     ex = InterpreterPoolExecutor(2)
-    running = [ex.submit(fh.spin_forever) for _ in range(2)]
-    queued = [ex.submit(fh.ok, i) for i in range(10)]
-    ex.shutdown(wait=True, cancel_futures=True, interrupt_running=True)
-    assert all(f.cancelled() for f in running)
-    assert all(f.done() for f in queued)
+    try:
+        running = [ex.submit(fh.spin_until_stopped, signals.started_w, signals.stopped_w) for _ in range(2)]
+        queued = [ex.submit(fh.ok, i) for i in range(10)]
+        # Both really run, one in each worker, before shutdown is asked to stop them.
+        assert helpers.wait_bytes(signals.started_r, 2) == b"rr"
+        assert not any(f.done() for f in running + queued)
+        ex.shutdown(wait=True, cancel_futures=True, interrupt_running=True)
+        assert all(f.cancelled() for f in running)
+        assert helpers.wait_bytes(signals.stopped_r, 2) == b"ss"  # stopped inside the workers
+        assert all(f.done() for f in queued)
+        # A queued task a freed worker took before its interrupt request arrived may
+        # have finished; every other one is cancelled.
+        assert all(f.cancelled() or f.result() == i for i, f in enumerate(queued))
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True, interrupt_running=True)
 
 
 @pytest.mark.timeout(60)
-def test_map_timeout_can_interrupt_running_tasks():
+def test_map_timeout_can_interrupt_running_tasks(signals):
     with InterpreterPoolExecutor(2) as ex:
-        it = ex.map(fh.busy_then_value, [0.05, 30, 30], ["a", "b", "c"], timeout=1, interrupt_on_timeout=True)
+        it = ex.map(
+            fh.busy_signalled,
+            itertools.repeat(signals.started_w),
+            itertools.repeat(signals.stopped_w),
+            [0.05, 30, 30],
+            ["a", "b", "c"],
+            timeout=1,
+            interrupt_on_timeout=True,
+        )
+        # All three ran: "a" ended at once, "b" and "c" now run, one per worker.
+        assert helpers.wait_bytes(signals.started_r, 3) == b"rrr"
         assert next(it) == "a"
         with pytest.raises(TimeoutError):
             next(it)
-        # The long tasks were stopped: the pool is free again at once.
+        # The long tasks were stopped inside their workers: the pool is free again at once.
+        assert helpers.wait_bytes(signals.stopped_r, 2) == b"ss"
         assert ex.submit(fh.ok, 1).result(timeout=5) == 1
 
 

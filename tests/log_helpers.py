@@ -1,0 +1,17 @@
+"""Task functions that log (workers import them).
+
+``logging`` is imported at module level on purpose: interpexec starts forwarding
+a worker's records once a task's module has imported ``logging`` (see the
+"Output and logging" section of docs/getting-started.md).
+"""
+
+from __future__ import annotations
+
+import _interpreters
+import logging
+
+
+def log_warning(logger_name, x):
+    """Log one WARNING with a %-style argument; return this interpreter's id."""
+    logging.getLogger(logger_name).warning("msg %s", x)
+    return int(_interpreters.get_current()[0])
