@@ -27,6 +27,7 @@ import interpexec
 from interpexec import RemoteTraceback, aio
 
 from . import aio_helpers as h
+from .helpers import wait_bytes
 
 MAIN_INTERP_ID = h.interp_id()
 
@@ -93,17 +94,7 @@ def env():
 
 def read_bytes(fd, n=1, timeout=20.0):
     """Block until ``n`` bytes arrived on ``fd``; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    got = b""
-    while len(got) < n:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise AssertionError(f"only {got!r} of {n} bytes arrived within {timeout} s")
-        chunk = os.read(fd, n - len(got))
-        if not chunk:
-            raise AssertionError(f"EOF after {got!r}")
-        got += chunk
-    return got
+    return wait_bytes(fd, n, timeout)
 
 
 def nothing_to_read(fd):
