@@ -371,6 +371,39 @@ class Pool:
             self.collect()
             return_pipe(pipe)
 
+    def attach_waiter(self, fut: Future[Any], wfd: int) -> bool:
+        """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe an
+        event loop watches), as it does for a thread blocked in ``result()``; whoever
+        handles the result instead writes it.  The watcher then calls
+        :meth:`collect`.  False when ``fut`` is not in a worker's hands yet, or
+        already has a waiter: then use a done-callback.  After True, call
+        :meth:`collect` once before waiting (the result may already be queued), and
+        :meth:`detach_waiter` when done."""
+        if not isinstance(fut, PoolFuture) or fut._ie_pool is not self:
+            return False
+        tid = fut._ie_tid
+        with self.lock:
+            item = self.inflight.get(tid)
+            if item is None or item.waiter_fd:
+                return False
+            item.waiter_thread = 0  # not a thread: wake the fd whoever collects
+            item.waiter_fd = wfd + 1
+        self.ctl[self.waiters + tid % NSLOTS] = wfd + 1
+        return True
+
+    def detach_waiter(self, fut: Future[Any], wfd: int) -> None:
+        assert isinstance(fut, PoolFuture)
+        tid = fut._ie_tid
+        slot = self.waiters + tid % NSLOTS
+        if self.ctl[slot] == wfd + 1:
+            self.ctl[slot] = 0
+        with self.lock:
+            item = self.inflight.get(tid)
+            if item is not None and item.waiter_fd == wfd + 1:
+                item.waiter_fd = 0
+        # A worker that saw our slot woke only us: take what it left.
+        self.collect()
+
     def _handle(self, msg: tuple[Any, ...]) -> None:
         tid, kind = msg[0], msg[1]
         if kind == wm.EVENT:

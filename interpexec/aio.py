@@ -16,11 +16,11 @@ every backend anyio supports (asyncio and trio), with or without an anyio runner
   a worker thread on first use, never on the event-loop thread, then reused by
   every event loop of the process.
 * Waiting costs the event loop nothing: no thread is parked per call and nothing
-  polls.  The pool's future gets a done-callback; when the worker side finishes the
-  call, the callback hands the wake-up to the loop through the loop's own
-  thread-safe entry (``loop.call_soon_threadsafe`` on asyncio; on trio a byte on
-  a pipe the task waits on, or ``TrioToken.run_sync_soon`` when very many calls
-  are in flight).
+  polls.  The loop watches a small pipe that the worker finishing the call writes
+  to (``Pool.attach_waiter``), and collects the result on its own thread.  Calls
+  not yet in a worker's hands, or beyond 64 in flight, wake through a
+  done-callback instead (``loop.call_soon_threadsafe`` on asyncio; on trio a byte
+  on the pipe, or ``TrioToken.run_sync_soon``).
 * Cancelling the awaiting task (a cancel scope, ``anyio.fail_after``,
   ``asyncio.timeout``, ``Task.cancel()``...) cancels the call if it has not started
   yet and *interrupts* it if it is running (:meth:`InterpreterPoolExecutor.interrupt`:
@@ -164,8 +164,16 @@ def _running_trio() -> bool:
 async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
-    loop_thread = threading.get_ident()
+    pipe = _borrow_pipe()
     fut = executor.submit(func, *args)
+    if pipe is not None:
+        pool = executor._pool
+        if pool.attach_waiter(fut, pipe[1]):
+            return await _await_pipe_asyncio(loop, executor, fut, pipe, waiter)
+        _return_pipe(pipe)
+    # Not in a worker's hands yet (all busy), or too many calls in flight: a
+    # done-callback, run by the thread that completes ``fut``, wakes the loop.
+    loop_thread = threading.get_ident()
 
     def on_done(_: Future[Any]) -> None:
         # Runs in the thread that completed ``fut``: usually the pool's collector,
@@ -187,6 +195,41 @@ async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[...
     return fut.result()
 
 
+async def _await_pipe_asyncio[T](
+    loop: asyncio.AbstractEventLoop,
+    executor: InterpreterPoolExecutor,
+    fut: Future[T],
+    pipe: tuple[int, int],
+    waiter: asyncio.Future[None],
+) -> T:
+    """The worker that finishes ``fut`` writes to the pipe, which the loop watches:
+    the loop itself collects the result, with no other thread in between."""
+    pool = executor._pool
+    rfd, wfd = pipe
+
+    def on_readable() -> None:
+        _drain(rfd)  # (a stray byte from an earlier user of the pipe costs a look)
+        pool.collect()
+        if fut.done() and not waiter.done():
+            waiter.set_result(None)
+
+    try:
+        pool.collect()  # the result may have been queued before the waiter was set
+        if not fut.done():
+            loop.add_reader(rfd, on_readable)
+            try:
+                await waiter
+            finally:
+                loop.remove_reader(rfd)
+    except BaseException:  # cancelled (or interrupted by KeyboardInterrupt...)
+        executor.interrupt(fut)
+        raise
+    finally:
+        pool.detach_waiter(fut, wfd)
+        _return_pipe(pipe)
+    return fut.result()
+
+
 def _wake_asyncio(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -202,27 +245,38 @@ async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T
     # wait_readable: trio's I/O wait then wakes the task itself, one scheduler
     # pass sooner than a TrioToken.run_sync_soon callback could.
     rfd, wfd = pipe
+    pool = executor._pool
+    attached = False
     try:
         fut = executor.submit(func, *args)
+        # The worker that finishes ``fut`` writes to the pipe itself when it can
+        # (``attach_waiter``); else (not in a worker's hands yet) a done-callback,
+        # run by the thread that completes ``fut``, does.
+        attached = pool.attach_waiter(fut, wfd)
+        if not attached:
 
-        def on_done(_: Future[Any]) -> None:
-            try:
-                os.write(wfd, b"\0")
-            except OSError:  # full: a wake-up is pending anyway
-                pass
+            def on_done(_: Future[Any]) -> None:
+                try:
+                    os.write(wfd, b"\0")
+                except OSError:  # full: a wake-up is pending anyway
+                    pass
 
-        fut.add_done_callback(on_done)
+            fut.add_done_callback(on_done)
         try:
             while True:
+                if attached:
+                    pool.collect()
+                if fut.done():
+                    break
                 await trio.lowlevel.wait_readable(rfd)
                 _drain(rfd)
                 # (a stray byte from an earlier user of the pipe only costs a look)
-                if fut.done():
-                    break
         except BaseException:  # cancelled
             executor.interrupt(fut)
             raise
     finally:
+        if attached:
+            pool.detach_waiter(fut, wfd)
         _return_pipe(pipe)
     return fut.result()
 
@@ -258,7 +312,7 @@ async def _call_trio_token[T](executor: InterpreterPoolExecutor, func: Callable[
     return fut.result()
 
 
-# Wake-up pipes of trio calls: borrowed for one call and returned, never closed (a
+# Wake-up pipes of calls (asyncio and trio): borrowed for one call and returned, never closed (a
 # late done-callback may still write to one).  At most _MAX_PIPES are out at once,
 # so that thousands of concurrent calls do not cost thousands of descriptors.
 _MAX_PIPES = 64
