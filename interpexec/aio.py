@@ -164,8 +164,8 @@ def _running_trio() -> bool:
 async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
-    pipe = _borrow_pipe()
     fut = executor.submit(func, *args)
+    pipe = _borrow_pipe()
     if pipe is not None:
         pool = executor._pool
         if pool.attach_waiter(fut, pipe[1]):

@@ -150,6 +150,16 @@ async def test_wakeup_pipes_are_bounded_and_reused(pool):
 
 @pytest.mark.anyio
 @pytest.mark.timeout(30)
+async def test_run_sync_on_a_shut_down_pool_raises_and_keeps_no_pipe():
+    executor = interpexec.InterpreterPoolExecutor(1)
+    executor.shutdown()
+    with pytest.raises(RuntimeError, match="shutdown"):
+        await aio.run_sync(h.add, 1, 2, executor=executor)
+    assert aio._pipes_out == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(30)
 async def test_run_sync_returns_result_from_a_worker(pool):
     assert await aio.run_sync(h.add, 2, 3, executor=pool) == 5
     assert await aio.run_sync(h.add, "ab", "cd", executor=pool) == "abcd"
