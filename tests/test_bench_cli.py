@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,8 +12,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def cli(*args: str, timeout: float = 60, path: str = ROOT) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=path + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
         [sys.executable, "-m", "interpexec", *args], capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -68,9 +67,12 @@ def test_bench_bad_arguments_exit_2_with_one_line_error(args):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None, reason="matplotlib is installed")
 def test_bench_plot_without_matplotlib_fails_at_once(tmp_path):
-    proc = cli("bench", "--quick", "--plot", str(tmp_path / "plot.png"))
+    # Whether or not matplotlib is installed here, the CLI must see it missing.
+    hidden = tmp_path / "hide" / "matplotlib"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    proc = cli("bench", "--quick", "--plot", str(tmp_path / "plot.png"), path=f"{tmp_path / 'hide'}{os.pathsep}{ROOT}")
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0  # one line
     assert "matplotlib" in proc.stderr and "interpexec[plot]" in proc.stderr
