@@ -7,16 +7,6 @@ import os
 import sys
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m interpexec",
@@ -24,6 +14,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+
+    from . import _bench  # imports only built-in modules at the top
+
+    _positive = _bench._positive_int
 
     demo = sub.add_parser("demo", help="time CPU-bound pure Python: serial vs ProcessPoolExecutor vs interpexec")
     demo.add_argument("--tasks", type=_positive, help="number of tasks (default: 4 per worker)")
@@ -39,8 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("info", help="Python build, subinterpreter support, CPUs and default worker count")
-
-    from . import _bench  # imports only built-in modules at the top
 
     bench = sub.add_parser(
         "bench",
