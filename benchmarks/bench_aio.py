@@ -30,17 +30,15 @@ and checks the issue's targets: round trip <= 0.5 x anyio's, concurrent
 throughput >= 50 x anyio's, CPU speedup >= 0.95 x min(workers, cores).
 """
 
-# Only built-in modules at the top: worker interpreters import this module (as
-# ``bench_aio``) to run ``noop`` and ``cpu_work``.
 from __future__ import annotations
 
 import os
 import sys
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+# The tasks, as the main benchmark's (workers import them from there by reference).
+from interpexec._bench import calibrate_cpu
+from interpexec._bench_workloads import cpu_work, noop
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,20 +51,6 @@ LABELS = {
     "interpexec": "interpexec.aio",
     "run_in_executor": "run_in_executor(ie)",
 }
-
-
-# ------------------------------------------------------------------ worker tasks
-
-
-def noop() -> None:
-    return None
-
-
-def cpu_work(n: int) -> int:
-    total = 0
-    for i in range(n):
-        total += i * i % 7
-    return total
 
 
 # ------------------------------------------------------------------ child side
@@ -91,7 +75,6 @@ async def _paired_main(backend: str, workers: int, seq: int, out: dict[str, Any]
     import anyio
     import anyio.to_interpreter
     import anyio.to_thread
-    import bench_aio
 
     import interpexec
     from interpexec import aio
@@ -105,10 +88,10 @@ async def _paired_main(backend: str, workers: int, seq: int, out: dict[str, Any]
     limiter = anyio.CapacityLimiter(workers)
 
     async def anyio_call() -> None:
-        await anyio.to_interpreter.run_sync(bench_aio.noop, limiter=limiter)
+        await anyio.to_interpreter.run_sync(noop, limiter=limiter)
 
     async def ie_call() -> None:
-        await aio.run_sync(bench_aio.noop, executor=executor)
+        await aio.run_sync(noop, executor=executor)
 
     calls = {"anyio": anyio_call, "interpexec": ie_call}
     if backend == "asyncio":
@@ -117,7 +100,7 @@ async def _paired_main(backend: str, workers: int, seq: int, out: dict[str, Any]
         loop = asyncio.get_running_loop()
 
         async def rie_call() -> None:
-            await loop.run_in_executor(executor, bench_aio.noop)
+            await loop.run_in_executor(executor, noop)
 
         calls["run_in_executor"] = rie_call
     batch = 100
@@ -147,7 +130,6 @@ async def _child_main(
 
     import anyio
     import anyio.to_thread
-    import bench_aio  # this module by name, so that workers can import the tasks
 
     executor = None
     if impl == "anyio":
@@ -192,15 +174,15 @@ async def _child_main(
         return time.perf_counter() - start
 
     # Warm up: every worker (anyio: one interpreter per concurrent call) exists.
-    await concurrent(2 * workers, bench_aio.noop)
+    await concurrent(2 * workers, noop)
     for _ in range(200):
-        await call(bench_aio.noop)
+        await call(noop)
 
     # Concurrent calls under CapacityLimiter(workers).
     n = anyio_calls
-    out["concurrent_small_cps"] = n / await concurrent(n, bench_aio.noop, limiter=anyio.CapacityLimiter(workers))
+    out["concurrent_small_cps"] = n / await concurrent(n, noop, limiter=anyio.CapacityLimiter(workers))
     if impl != "anyio":
-        out["concurrent_cps"] = calls / await concurrent(calls, bench_aio.noop, limiter=anyio.CapacityLimiter(workers))
+        out["concurrent_cps"] = calls / await concurrent(calls, noop, limiter=anyio.CapacityLimiter(workers))
 
     # CPU-bound: 2N loops serially in this thread, then concurrently in workers;
     # three times, alternating, keeping the best of each (the machine is shared).
@@ -209,9 +191,9 @@ async def _child_main(
     for _ in range(3):
         start = time.perf_counter()
         for _ in range(tasks):
-            bench_aio.cpu_work(cpu_n)
+            cpu_work(cpu_n)
         serial.append(time.perf_counter() - start)
-        parallel.append(await concurrent(tasks, bench_aio.cpu_work, cpu_n))
+        parallel.append(await concurrent(tasks, cpu_work, cpu_n))
     out["cpu_speedup"] = min(serial) / min(parallel)
     out["cpu_serial_s"] = min(serial)
 
@@ -226,15 +208,10 @@ def _run_child(argv: list[str]) -> dict[str, Any]:
     import json
     import subprocess
 
-    env = dict(os.environ)
-    # anyio's subinterpreters take sys.path from the configuration, not from
-    # the parent interpreter: PYTHONPATH lets them import this module too.
-    env["PYTHONPATH"] = os.pathsep.join([_HERE, *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--child", *argv],
         capture_output=True,
         text=True,
-        env=env,
         timeout=600,
     )
     for line in proc.stdout.splitlines():
@@ -243,17 +220,6 @@ def _run_child(argv: list[str]) -> dict[str, Any]:
             return record
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
     return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
-
-
-def _calibrate(seconds: float) -> int:
-    n = 100_000
-    while True:
-        start = time.perf_counter()
-        cpu_work(n)
-        took = time.perf_counter() - start
-        if took >= 0.05:
-            return max(1, int(n * seconds / took))
-        n *= 2
 
 
 def _median(values: list[float]) -> float:
@@ -289,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.calls, args.anyio_calls, args.seq = 1, 1000, 50, 500
     backends = [b for b in args.backends.split(",") if b]
     cores = os.cpu_count() or 1
-    cpu_n = _calibrate(args.cpu_seconds)
+    cpu_n = calibrate_cpu(args.cpu_seconds)
     print(
         f"Python {sys.version.split()[0]}, {cores} cores, {args.workers} workers, {args.rounds} rounds; "
         f"concurrent: {args.calls:,} calls (anyio: {args.anyio_calls:,}) under CapacityLimiter({args.workers})",
