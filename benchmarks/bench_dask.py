@@ -39,51 +39,16 @@ import statistics
 import sys
 import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)  # workers inherit sys.path: they find bench_dask here
-
-
-def cpu_work(n: int) -> int:
-    """A pure-Python CPU-bound loop (the task).  Workers import it by reference,
-    as ``bench_dask.cpu_work`` (see ``_task``), so this module imports only the
-    standard library at the top."""
-    total = 0
-    for i in range(n):
-        total += i * i % 7
-    return total
-
-
-def _task():
-    """``cpu_work`` as ``bench_dask.cpu_work``, not ``__main__.cpu_work``."""
-    import bench_dask
-
-    return bench_dask.cpu_work
-
+# The task and its calibration are the main benchmark's: workers import
+# ``interpexec._bench_workloads.cpu_work`` by reference.
+from interpexec._bench import calibrate_cpu
+from interpexec._bench_workloads import cpu_work
 
 CONFIGS = {
     "threads": "Dask threads (1 worker x 2 threads)",
     "interpexec": "interpexec (1 worker x 2 subinterpreters)",
     "processes": "processes (2 workers x 1 thread)",
 }
-
-
-def calibrate(task_ms: float) -> int:
-    """The ``cpu_work`` size that takes about ``task_ms`` on this machine."""
-    n = 20_000
-    while True:
-        t = time.perf_counter()
-        cpu_work(n)
-        dt = time.perf_counter() - t
-        if dt > 0.02:
-            break
-        n *= 2
-    samples = []
-    for _ in range(3):
-        t = time.perf_counter()
-        cpu_work(n)
-        samples.append(time.perf_counter() - t)
-    return max(1, int(n * (task_ms / 1000) / min(samples)))
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -119,8 +84,6 @@ def run_config(name: str, size: int, tasks: int, max_foreign: float, attempts: i
     """(seconds, foreign cores) for ``tasks`` tasks on a fresh cluster of
     configuration ``name``."""
     import dask
-
-    task = _task()
     from distributed import Client, LocalCluster
 
     n_workers, threads = (2, 1) if name == "processes" else (1, 2)
@@ -139,12 +102,12 @@ def run_config(name: str, size: int, tasks: int, max_foreign: float, attempts: i
             from interpexec.dask import InterpreterWorkerPlugin
 
             client.register_plugin(InterpreterWorkerPlugin())
-        client.gather(client.map(task, [size // 10] * 2, pure=False))  # warm: every thread ran a task
+        client.gather(client.map(cpu_work, [size // 10] * 2, pure=False))  # warm: every thread ran a task
         for attempt in range(1, attempts + 1):
             wait_idle(max_foreign, timeout=300)
             m0, o0 = _cpu_seconds()
             start = time.perf_counter()
-            results = client.gather(client.map(task, [size] * tasks, pure=False))
+            results = client.gather(client.map(cpu_work, [size] * tasks, pure=False))
             elapsed = time.perf_counter() - start
             m1, o1 = _cpu_seconds()
             assert len(results) == tasks
@@ -168,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     import distributed
 
     wait_idle(args.max_foreign, timeout=300)
-    size = calibrate(args.task_ms)
+    size = calibrate_cpu(args.task_ms / 1000)
     t = time.perf_counter()
     for _ in range(10):
         cpu_work(size)
