@@ -44,10 +44,6 @@ from interpexec.dask import UnsupportedDistributedError
 from . import dask_helpers as h
 from .test_examples import EXTRA_CASES
 
-# examples/dask_cluster.py needs distributed (not in the test extra everywhere):
-# listed here for tests/test_examples.py, run by test_example_script below.
-EXTRA_CASES["dask_cluster.py"] = ((), "primes below 640,000")
-
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="distributed is not installed")
 
 ROOT = Path(__file__).resolve().parent.parent
