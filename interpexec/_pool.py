@@ -337,20 +337,15 @@ class Pool:
 
         Returns the part of ``timeout`` left for the standard Condition wait that
         follows (it returns at once when ``fut`` is done)."""
-        tid = fut._ie_tid
-        with self.lock:
-            item = self.inflight.get(tid)
-            if item is None or item.waiter_fd:
-                return timeout  # not dispatched yet, or another thread waits already:
-                # the standard Condition wait serves it
-            pipe = borrow_pipe()
-            rfd, wfd = pipe
-            item.waiter_thread = threading.get_ident()
-            item.waiter_fd = wfd + 1
-        slot = self.waiters + tid % NSLOTS
+        pipe = borrow_pipe()
+        rfd, wfd = pipe
+        item = self.attach_waiter(fut, wfd, threading.get_ident())
+        if item is None:
+            return_pipe(pipe)
+            return timeout  # not dispatched yet, or another thread waits already:
+            # the standard Condition wait serves it
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self.ctl[slot] = wfd + 1
             while True:
                 self.collect()
                 if fut._state not in WAITABLE:
@@ -364,43 +359,35 @@ class Pool:
                     if select.select([rfd], [], [], left)[0]:
                         os.read(rfd, 64)
         finally:
-            if self.ctl[slot] == wfd + 1:
-                self.ctl[slot] = 0
-            item.waiter_fd = 0
-            # A worker that saw our slot woke only us: take what it left.
-            self.collect()
+            self.detach_waiter(item, wfd)
             return_pipe(pipe)
 
-    def attach_waiter(self, fut: Future[Any], wfd: int) -> bool:
-        """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe an
-        event loop watches), as it does for a thread blocked in ``result()``; whoever
-        handles the result instead writes it.  The watcher then calls
-        :meth:`collect`.  False when ``fut`` is not in a worker's hands yet, or
-        already has a waiter: then use a done-callback.  After True, call
-        :meth:`collect` once before waiting (the result may already be queued), and
-        :meth:`detach_waiter` when done."""
+    def attach_waiter(self, fut: Future[Any], wfd: int, thread: int = 0) -> WorkItem | None:
+        """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe that
+        ``thread`` blocks on, or with ``thread=0`` one an event loop watches);
+        whoever else handles the result writes it instead, unless that is
+        ``thread`` itself.  The waiter then calls :meth:`collect`.  None when
+        ``fut`` is not in a worker's hands yet, or already has a waiter.  After
+        attaching, call :meth:`collect` once before waiting (the result may already
+        be queued), and :meth:`detach_waiter` with the returned item when done."""
         if not isinstance(fut, PoolFuture) or fut._ie_pool is not self:
-            return False
+            return None
         tid = fut._ie_tid
         with self.lock:
             item = self.inflight.get(tid)
             if item is None or item.waiter_fd:
-                return False
-            item.waiter_thread = 0  # not a thread: wake the fd whoever collects
+                return None
+            item.waiter_thread = thread
             item.waiter_fd = wfd + 1
         self.ctl[self.waiters + tid % NSLOTS] = wfd + 1
-        return True
+        return item
 
-    def detach_waiter(self, fut: Future[Any], wfd: int) -> None:
-        assert isinstance(fut, PoolFuture)
-        tid = fut._ie_tid
-        slot = self.waiters + tid % NSLOTS
+    def detach_waiter(self, item: WorkItem, wfd: int) -> None:
+        slot = self.waiters + item.msg[0] % NSLOTS
         if self.ctl[slot] == wfd + 1:
             self.ctl[slot] = 0
-        with self.lock:
-            item = self.inflight.get(tid)
-            if item is not None and item.waiter_fd == wfd + 1:
-                item.waiter_fd = 0
+        if item.waiter_fd == wfd + 1:
+            item.waiter_fd = 0
         # A worker that saw our slot woke only us: take what it left.
         self.collect()
 

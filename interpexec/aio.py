@@ -47,6 +47,8 @@ from ._executor import InterpreterPoolExecutor
 if TYPE_CHECKING:
     from anyio import CapacityLimiter
 
+    from ._pool import WorkItem
+
 __all__ = ["current_default_executor", "run_sync", "set_default_executor"]
 
 
@@ -167,9 +169,9 @@ async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[...
     fut = executor.submit(func, *args)
     pipe = _borrow_pipe()
     if pipe is not None:
-        pool = executor._pool
-        if pool.attach_waiter(fut, pipe[1]):
-            return await _await_pipe_asyncio(loop, executor, fut, pipe, waiter)
+        item = executor._pool.attach_waiter(fut, pipe[1])
+        if item is not None:
+            return await _await_pipe_asyncio(loop, executor, fut, item, pipe, waiter)
         _return_pipe(pipe)
     # Not in a worker's hands yet (all busy), or too many calls in flight: a
     # done-callback, run by the thread that completes ``fut``, wakes the loop.
@@ -199,6 +201,7 @@ async def _await_pipe_asyncio[T](
     loop: asyncio.AbstractEventLoop,
     executor: InterpreterPoolExecutor,
     fut: Future[T],
+    item: WorkItem,
     pipe: tuple[int, int],
     waiter: asyncio.Future[None],
 ) -> T:
@@ -225,7 +228,7 @@ async def _await_pipe_asyncio[T](
         executor.interrupt(fut)
         raise
     finally:
-        pool.detach_waiter(fut, wfd)
+        pool.detach_waiter(item, wfd)
         _return_pipe(pipe)
     return fut.result()
 
@@ -246,14 +249,14 @@ async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T
     # pass sooner than a TrioToken.run_sync_soon callback could.
     rfd, wfd = pipe
     pool = executor._pool
-    attached = False
+    item = None
     try:
         fut = executor.submit(func, *args)
         # The worker that finishes ``fut`` writes to the pipe itself when it can
         # (``attach_waiter``); else (not in a worker's hands yet) a done-callback,
         # run by the thread that completes ``fut``, does.
-        attached = pool.attach_waiter(fut, wfd)
-        if not attached:
+        item = pool.attach_waiter(fut, wfd)
+        if item is None:
 
             def on_done(_: Future[Any]) -> None:
                 try:
@@ -264,7 +267,7 @@ async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T
             fut.add_done_callback(on_done)
         try:
             while True:
-                if attached:
+                if item is not None:
                     pool.collect()
                 if fut.done():
                     break
@@ -275,8 +278,8 @@ async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T
             executor.interrupt(fut)
             raise
     finally:
-        if attached:
-            pool.detach_waiter(fut, wfd)
+        if item is not None:
+            pool.detach_waiter(item, wfd)
         _return_pipe(pipe)
     return fut.result()
 
