@@ -28,6 +28,7 @@ from __future__ import annotations
 import _interpqueues
 import _interpreters
 import _queue
+import _thread
 import sys
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
@@ -42,8 +43,6 @@ __all__ = [
     "create_interpreter",
     "current_interpreter_id",
     "destroy_interpreter",
-    "interpreter_exists",
-    "list_interpreters",
     "main_interpreter_id",
     "queue_bind",
     "queue_count",
@@ -54,7 +53,12 @@ __all__ = [
     "queue_put",
     "queue_put_nowait",
     "queue_release",
+    "register_atexit",
     "run_string",
+    "set_async_exc",
+    "start_thread",
+    "thread_count",
+    "wrap_thread_starts",
 ]
 
 VERSION: tuple[int, int] = sys.version_info[:2]
@@ -75,14 +79,6 @@ def create_interpreter() -> int:
 def destroy_interpreter(interp_id: int) -> None:
     """Destroy an interpreter; it must not be running in any thread."""
     _interpreters.destroy(interp_id)
-
-
-def interpreter_exists(interp_id: int) -> bool:
-    return any(int(entry[0]) == interp_id for entry in _interpreters.list_all())
-
-
-def list_interpreters() -> list[int]:
-    return [int(entry[0]) for entry in _interpreters.list_all()]
 
 
 def current_interpreter_id() -> int:
@@ -197,3 +193,53 @@ def queue_destroy(qid: int) -> None:
         _interpqueues.destroy(qid)
     except Exception:  # already gone
         pass
+
+
+# ---------------------------------------------------------------- threads
+def set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` asynchronously in a thread of the calling interpreter
+    (``PyThreadState_SetAsyncExc``; None cancels a pending one)."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+
+
+def start_thread(fn: Any) -> Any:
+    """Start a joinable, non-daemon thread without the threading module (which a
+    worker does not import for itself); returns a handle with ``join()``."""
+    return _thread.start_joinable_thread(fn, daemon=False)
+
+
+def thread_count() -> int:
+    """Threads of the calling interpreter besides its main one (``_thread._count``)."""
+    return int(_thread._count())
+
+
+def wrap_thread_starts(wrap: Any) -> None:
+    """Make every thread started from now on in this interpreter run
+    ``wrap(function)`` instead of ``function`` (``_thread.start_new_thread``,
+    ``start_new``, ``start_joinable_thread``, and ``threading``'s copy of the
+    last, if threading is already imported).  Called once per worker interpreter;
+    ``_thread`` is per interpreter, so nothing else is affected."""
+    original_new = _thread.start_new_thread
+    original_joinable = _thread.start_joinable_thread
+
+    def start_new_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+        return original_new(wrap(function), *args, **kwargs)
+
+    def start_joinable_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+        return original_joinable(wrap(function), *args, **kwargs)
+
+    _thread.start_new_thread = _thread.start_new = start_new_thread
+    _thread.start_joinable_thread = start_joinable_thread
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
+
+
+def register_atexit(fn: Any) -> None:
+    """Run ``fn`` at interpreter exit before non-daemon threads are joined
+    (``threading._register_atexit``, as concurrent.futures does)."""
+    import threading
+
+    threading._register_atexit(fn)  # type: ignore[attr-defined]

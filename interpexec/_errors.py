@@ -130,7 +130,10 @@ def pack_exception(exc: BaseException) -> Packed:
     """Pack an exception raised in a worker for the trip to the caller."""
     import traceback
 
-    tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:  # e.g. a __str__ raising SystemExit: send the rest
+        tb_text = "<the traceback could not be formatted>\n"
     incompatible = as_incompatible_module_error(exc)
     if incompatible is not None:
         return _pack_one(incompatible, tb_text, None)
@@ -151,7 +154,7 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
     type_name = f"{tp.__module__}.{tp.__qualname__}" if tp.__module__ != "builtins" else tp.__qualname__
     try:
         message = str(exc)
-    except Exception:
+    except BaseException:  # a __str__ that raises (even SystemExit) must not stop the report
         message = f"<unprintable {tp.__qualname__}>"
     blob: bytes | None
     try:
@@ -160,6 +163,19 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
     except BaseException:
         blob = None
     return (blob, type_name, message, tb_text, chain)
+
+
+def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
+    """What is left to say of ``exc`` when packing it raised ``failure`` (its
+    ``__str__`` raised SystemExit, memory ran out, ...): its type name, and why
+    nothing more could be sent.  Touches neither exception's methods."""
+    try:
+        tp = type(exc)
+        name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+        why = type(failure).__qualname__
+    except BaseException:  # last resort, e.g. no memory for the strings
+        return (None, "Exception", "", "", None)
+    return (None, name, f"<the exception could not be reported: {why} while packing it>", "", None)
 
 
 def unpack_exception(packed: Packed) -> BaseException:

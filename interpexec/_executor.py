@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -15,10 +16,11 @@ from concurrent.futures import Executor, Future
 from typing import Any, Literal, TypeVar
 
 from . import _shared
-from . import _worker_main as wm
 from ._future import PoolFuture
 from ._pickling import dumps_callable
-from ._pool import LIVE_POOLS, BrokenInterpreterPool, Pool, exiting
+from ._pool import BrokenInterpreterPool, Pool, exiting
+from ._protocol import CALL, CHUNK
+from ._state import LIVE_POOLS
 from ._transport import encode_call_args, encode_columns
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
@@ -52,6 +54,14 @@ class InterpreterPoolExecutor(Executor):
         Records that tasks emit with :mod:`logging` reach the same-named loggers
         here, so the handlers you configured see them (on by default; workers
         log at the level the root logger had when the pool was created).
+    ``interrupt_on_cancel``
+        ``Future.cancel()`` on a task already running interrupts it instead of
+        returning False: what asyncio's cancellation of ``loop.run_in_executor``
+        (and ``asyncio.wrap_future``) expects.  Off by default, as the
+        ``concurrent.futures`` contract says.
+
+    ``task_timeout`` applies to the initializer too: one that runs longer breaks
+    the pool (``BrokenInterpreterPool``) instead of hanging it.
 
     ``mp_context`` is accepted for signature compatibility and has no effect.
     """
@@ -69,6 +79,7 @@ class InterpreterPoolExecutor(Executor):
         idle_timeout: float | None = None,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         forward_logs: bool = True,
+        interrupt_on_cancel: bool = False,
     ) -> None:
         if _shared._in_worker:
             raise RuntimeError(
@@ -104,6 +115,8 @@ class InterpreterPoolExecutor(Executor):
             idle_timeout,
             float(interrupt_grace),
             _parent_log_level() if forward_logs else None,
+            task_timeout,
+            bool(interrupt_on_cancel),
         )
         LIVE_POOLS.add(self._pool)
         weakref.finalize(self, Pool.shutdown, self._pool, False, False)
@@ -148,11 +161,12 @@ class InterpreterPoolExecutor(Executor):
     ) -> Future[T]:
         pool = self._pool
         if pool.window_full():
-            pool.collect()  # make room here rather than wake the collector thread
-        fut: PoolFuture[T] = PoolFuture()
+            pool.collect()  # make room here rather than wait for the resolver
+        tid = next(pool.tid)
+        fut: PoolFuture[T] = PoolFuture(pool, tid, pool.interrupt_on_cancel)
         msg: tuple[Any, ...] | None
         try:
-            msg = _encode_call(fn, args, kwargs, timeout)
+            msg = _encode_call(tid, fn, args, kwargs, timeout)
         except Exception as exc:  # (a KeyboardInterrupt propagates, as it should)
             msg = None
             error = exc
@@ -161,8 +175,11 @@ class InterpreterPoolExecutor(Executor):
             if exiting():
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if msg is not None:
-                pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
-                return fut
+                failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
+        if msg is not None:
+            if failed:
+                pool.fail_items(failed)  # (outside the lock: callbacks may run)
+            return fut
         # Could not be encoded: fail this future only.
         fut.set_running_or_notify_cancel()
         fut.set_exception(error)
@@ -245,8 +262,10 @@ class InterpreterPoolExecutor(Executor):
         return self._pool.stats()
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> Literal[False]:
-        # On Ctrl-C inside the block, drop the work not started yet.
-        self.shutdown(wait=True, cancel_futures=exc_type is not None and issubclass(exc_type, KeyboardInterrupt))
+        # On Ctrl-C inside the block, drop the work not started yet and stop the
+        # running tasks: the program ends promptly, as a process pool's would.
+        ctrl_c = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.shutdown(wait=True, cancel_futures=ctrl_c, interrupt_running=ctrl_c)
         return False
 
     def __reduce__(self) -> Any:
@@ -266,17 +285,17 @@ def _check_timeout(name: str, value: float | None) -> None:
 
 
 def _encode_call(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
+    tid: int, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
 ) -> tuple[Any, ...]:
     if timeout is not None:
         timeout = float(timeout)
     if type(fn) is _ChunkCall:
         # A chunk travels as argument columns: fn(*row) for row in zip(*columns).
         columns = tuple(zip(*args[0], strict=True))
-        return (wm.CHUNK, dumps_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
+        return (tid, CHUNK, dumps_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
     if not callable(fn):
         raise TypeError(f"{fn!r} is not callable")
-    return (wm.CALL, dumps_callable(fn), encode_call_args(args, kwargs), timeout)
+    return (tid, CALL, dumps_callable(fn), encode_call_args(args, kwargs), timeout)
 
 
 class _MapIterator:
@@ -303,22 +322,32 @@ class _MapIterator:
         self._end_time = end_time
         self._interrupt_on_timeout = interrupt_on_timeout
         self._chunk: Iterator[Any] | None = iter(()) if chunked else None
+        # Several threads may share one iterator: each value goes to one of them.
+        self._lock = threading.Lock()
 
     def __iter__(self) -> _MapIterator:
         return self
 
     def __next__(self) -> Any:
-        if self._chunk is None:
-            return self._next_result()
-        while True:
-            for value in self._chunk:
-                return value
-            self._chunk = iter(self._next_result())
+        with self._lock:
+            try:
+                if self._chunk is None:
+                    return self._next_result()
+                while True:
+                    for value in self._chunk:
+                        return value
+                    self._chunk = iter(self._next_result())
+            except StopIteration as exc:
+                if exc.args and exc.args[0] is _EXHAUSTED:
+                    raise StopIteration from None
+                # A task raised StopIteration: an error, not the end of the
+                # results (as the standard executors' map generators say, PEP 479).
+                raise RuntimeError("a task of map() raised StopIteration") from exc
 
     def _next_result(self) -> Any:
         fs = self._fs
         if not fs:
-            raise StopIteration
+            raise StopIteration(_EXHAUSTED)
         if self._buffersize and (ex := self._executor_ref()) is not None:
             args = next(self._args_iter, None)
             if args is not None:
@@ -337,6 +366,14 @@ class _MapIterator:
                     ex.interrupt(f)
             self.close()
             raise
+        except KeyboardInterrupt:
+            # Ctrl-C while waiting: the rest of the results are unreachable now;
+            # stop the tasks still running rather than let them run out.
+            if (ex := self._executor_ref()) is not None:
+                for f in fs:
+                    ex.interrupt(f)
+            self.close()
+            raise
         except BaseException:
             self.close()
             raise
@@ -351,6 +388,9 @@ class _MapIterator:
 
     def __del__(self) -> None:
         self.close()
+
+
+_EXHAUSTED = object()
 
 
 class _ChunkCall:
@@ -382,5 +422,4 @@ def _parent_log_level() -> int:
 
 
 def default_max_workers() -> int:
-    count = getattr(os, "process_cpu_count", os.cpu_count)()
-    return count or 1
+    return os.process_cpu_count() or 1

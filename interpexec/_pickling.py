@@ -21,11 +21,15 @@ _FN_BLOBS: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
 #: The last function pickled and its pickle: a burst of submits sends the same
 #: function again and again, and a weak reference is cheaper to check than a
 #: WeakKeyDictionary lookup (which builds a new weak reference every time).
+#: Only pickles by reference (module and name) are cached: they cannot go
+#: stale.  A function sent by value (a closure, a lambda, a REPL function) is
+#: pickled at every submit, so the task sees its cells and globals as they are
+#: now, as with ProcessPoolExecutor.
 _last: tuple[weakref.ref[Any], bytes] | None = None
 
 
 def dumps_callable(fn: Any) -> bytes:
-    """Pickle a callable for a worker, caching plain functions' pickles."""
+    """Pickle a callable for a worker, caching plain functions' pickles by reference."""
     global _last
     if type(fn) is types.FunctionType:
         last = _last
@@ -33,22 +37,27 @@ def dumps_callable(fn: Any) -> bytes:
             return last[1]
         blob = _FN_BLOBS.get(fn)
         if blob is None:
-            blob = _FN_BLOBS[fn] = _pickle_callable(fn)
+            blob, by_reference = _pickle_callable(fn)
+            if not by_reference:
+                return blob
+            _FN_BLOBS[fn] = blob
         _last = (weakref.ref(fn), blob)
         return blob
-    return _pickle_callable(fn)
+    return _pickle_callable(fn)[0]
 
 
-def _pickle_callable(fn: Any) -> bytes:
+def _pickle_callable(fn: Any) -> tuple[bytes, bool]:
+    """The pickle, and whether it is by reference."""
     if getattr(fn, "__module__", None) == "__main__" and not _main_is_importable():
-        return _pickle_by_value(fn, "it is defined in an interactive session (REPL, notebook or python -c)")
+        return _pickle_by_value(fn, "it is defined in an interactive session (REPL, notebook or python -c)"), False
     qualname = getattr(fn, "__qualname__", "")
     if type(fn) is types.FunctionType and ("<lambda>" in qualname or "<locals>" in qualname):
-        return _pickle_by_value(fn, "lambdas, closures and functions defined inside functions have no importable name")
+        why = "lambdas, closures and functions defined inside functions have no importable name"
+        return _pickle_by_value(fn, why), False
     try:
-        return pickle.dumps(fn, protocol=5)
+        return pickle.dumps(fn, protocol=5), type(fn) is types.FunctionType
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
-        return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})")
+        return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})"), False
 
 
 def _main_is_importable() -> bool:

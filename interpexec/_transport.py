@@ -199,10 +199,15 @@ def materialize(enc: Encoded) -> Encoded:
 
 
 def _as_view(buf: PickleBuffer) -> Any:
-    # The view crosses with the buffer's own writability: pickle rebuilds plain
-    # objects (a bytearray, say) from it with one copy on the receiving side;
-    # interpexec.share() hands it to the task as it is.
-    return buf.raw()
+    """An out-of-band buffer from main to a worker.  A buffer lent with
+    ``interpexec.share()`` (a PickleBuffer over a memoryview) crosses as it is;
+    any other (a ``bytearray``, a NumPy array's data) is snapshotted now, as
+    ProcessPoolExecutor does at submit: the caller may resize or change its
+    object as soon as ``submit()`` returns, and the task sees it as it was."""
+    raw = buf.raw()
+    if type(raw.obj) is memoryview:
+        return raw
+    return memoryview(bytes(raw))
 
 
 def decode(enc: Encoded) -> Any:
@@ -221,11 +226,12 @@ _EMPTY = object()
 #: also watch that pipe and read it, so the exception fires.  Per interpreter.
 INTERRUPT_FDS: dict[int, int] = {}
 
-# Pipes are never closed: a worker thread that outlived its pool (one retired
-# while stuck in C) may still write to its pool's pipes, and a closed fd number
-# can be reused for an unrelated file.  Closed channels return their pipes here
-# for the next pool; a stale byte then costs at most one spurious wake-up, which
-# every reader tolerates.  (Only the main interpreter borrows and returns.)
+# Wake-up pipes of waiting threads (and of Queues, event loops): a worker may
+# write to a waiter's pipe just after the waiter stopped waiting, and a closed fd
+# number can be reused for an unrelated file, so these are never closed but kept
+# for the next waiter; a stale byte costs at most one spurious wake-up, which
+# every reader tolerates.  The list is as long as the most waits ever at once.
+# (Only the main interpreter borrows and returns.)
 _PIPES: list[tuple[int, int]] = []
 
 
@@ -264,7 +270,8 @@ class Channel:
 
     def __init__(self) -> None:
         self.qid = _compat.queue_create()
-        self.rfd, self.wfd = borrow_pipe()
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.wfd, False)  # a full pipe means a wake-up is pending anyway
         self._owner = True
 
     @classmethod
@@ -303,26 +310,17 @@ class Channel:
                 out.append(_compat.queue_get(qid))
         return out
 
-    def get(self) -> Any:
-        """Block (on the pipe, never by sleeping) until an item arrives."""
-        while True:
-            item = _compat.queue_get(self.qid, _EMPTY)
-            if item is not _EMPTY:
-                return item
-            os.read(self.rfd, 1)
-
-    def wait(self, max_bytes: int = 1) -> None:
-        """Block until at least one wake-up byte is readable; consume up to max_bytes."""
-        os.read(self.rfd, max_bytes)
-
     def close(self) -> None:
         if not self._owner:
             return
         self._owner = False
         _compat.queue_destroy(self.qid)
-        pipe = (self.rfd, self.wfd)
+        rfd, wfd = self.rfd, self.wfd
         self.rfd = self.wfd = -1
-        return_pipe(pipe)
+        # Closed for good (not returned to the free list): the pool closes its
+        # channels only once no thread of its own can write to them any more.
+        os.close(rfd)
+        os.close(wfd)
 
 
 # --------------------------------------------------------------------------
@@ -332,16 +330,8 @@ class Channel:
 # its GIL) when the other side is awake or already has a wake-up pending, and lets
 # a worker wake the very thread that waits for its result.
 #
-#   [COLLECTOR_ASLEEP]            1 while the collector thread blocks on its pipe
-#   [COLLECTOR_READ]              wake-up bytes the collector has read (main writes)
-#   [COLLECTOR_NEEDED]            1 while results must be delivered promptly even
-#                                 though no thread waits in Future.result(): some
-#                                 future has callbacks or wait()/as_completed()
-#                                 waiters, work is pending behind the window, or
-#                                 the pool shuts down.  Otherwise results may wait
-#                                 in the queue until somebody looks (result(),
-#                                 done(), the next submit), saving the collector's
-#                                 wake-up and its fight for the main GIL.
+#   [COLLECTOR_ASLEEP]            1 while the resolver thread blocks on its pipe
+#   [COLLECTOR_READ]              wake-up bytes the resolver has read (main writes)
 #   [WORKERS]                     the pool's worker count
 #   [PARK]                        1 while the pool asks every worker to leave its
 #                                 interpreter for a moment (around os.fork())
@@ -350,8 +340,10 @@ class Channel:
 #   [RESULT_WRITTEN + i]          result wake-up bytes worker i has written
 #   [TASKS_DONE + i], [BUSY_NS + i]  tasks worker i finished, and the nanoseconds it
 #                                 spent running them (for executor.stats())
-#   [WAITERS + tid % NSLOTS]      write-end fd + 1 of the pipe of a thread blocked in
+#   [WAITER_FDS + tid % NSLOTS]   write-end fd + 1 of the pipe of a thread blocked in
 #                                 Future.result() for task tid, else 0
+#   [WAITER_TIDS + tid % NSLOTS]  that task's id: a worker wakes the waiter only if
+#                                 the id is its task's (written before the fd)
 #
 # Every entry has a single writer.  A sender puts on the queue, then reads the
 # flags and counters; it writes a wake-up byte only if somebody sleeps and no
@@ -359,35 +351,46 @@ class Channel:
 # "asleep", looks at the queue once more, then blocks.  The queue's mutex orders
 # the two sides, which suffices where a store followed by a locked operation is
 # ordered (x86's total store order).  Elsewhere every wake-up is written.
+#
+# A waiter's wake-up is only ever a shortcut: a thread woken that way collects
+# every queued result, and one that stops waiting first wakes the resolver, which
+# collects whatever nobody else did.
 
 SKIP_WAKEUPS = os.uname().machine.lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 NSLOTS = 4096
 COLLECTOR_ASLEEP = 0
 COLLECTOR_READ = 1
-COLLECTOR_NEEDED = 2
-PARK = 3
-WORKERS = 4  # the pool's max_workers (read by workers to size their idle spin)
+PARK = 2
+WORKERS = 3  # the pool's max_workers (read by workers to size their idle spin)
+_FIXED = 4
 
 
 class ControlLayout:
     """Offsets into the control block for ``slots`` worker slots (more slots than
     workers: a retired worker keeps its slot until its thread ends)."""
 
-    __slots__ = ("asleep", "busy_ns", "result_written", "size", "slots", "task_read", "tasks_done", "waiters")
+    __slots__ = (
+        "asleep",
+        "busy_ns",
+        "result_written",
+        "size",
+        "slots",
+        "task_read",
+        "tasks_done",
+        "waiter_fds",
+        "waiter_tids",
+    )
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.asleep = 5
+        self.asleep = _FIXED
         self.task_read = self.asleep + slots
         self.result_written = self.task_read + slots
         self.tasks_done = self.result_written + slots
         self.busy_ns = self.tasks_done + slots
-        self.waiters = self.busy_ns + slots
-        self.size = self.waiters + NSLOTS
-
-    def asleep_bytes(self) -> tuple[int, int]:
-        """Byte range of the worker "asleep" flags (for a fast ``find(1)``)."""
-        return 8 * self.asleep, 8 * self.task_read
+        self.waiter_fds = self.busy_ns + slots
+        self.waiter_tids = self.waiter_fds + NSLOTS
+        self.size = self.waiter_tids + NSLOTS
 
 
 def wake_fd(fd: int) -> None:

@@ -1,11 +1,13 @@
 """One worker: an OS thread in the main interpreter that owns one subinterpreter.
 
-The thread creates its interpreter, enters it once and stays inside
-:func:`interpexec._worker_main.serve` until told to stop.  When ``serve`` returns
-because the worker has run ``max_tasks_per_child`` tasks, the thread destroys the
-interpreter and starts over with a fresh one; queued work waits in the shared task
-channel meanwhile, and the other workers keep taking it.  Before an interpreter is
-destroyed, every result it produced is collected (queued items die with it).
+The thread creates its interpreter, sends it its settings over a hand-off queue
+(data, see :class:`interpexec._protocol.WorkerSettings`), enters it once with a
+constant bootstrap and stays inside :func:`interpexec._worker_main.main` until
+told to stop; the reason it returned comes back on the same queue.  When the
+worker has run ``max_tasks_per_child`` tasks, the thread destroys the
+interpreter and starts over with a fresh one; queued work waits in the shared
+task channel meanwhile.  Before an interpreter is destroyed, every result it
+produced is taken off the result queue (queued items die with it).
 """
 
 from __future__ import annotations
@@ -13,46 +15,72 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import _compat
-from . import _worker_main as wm
-from ._transport import Channel, borrow_pipe, return_pipe
+from ._protocol import (
+    EXIT,
+    EXIT_IDLE,
+    EXIT_INIT_FAILED,
+    EXIT_PARK,
+    EXIT_RECYCLE,
+    EXIT_RETIRED,
+    EXIT_STOP,
+    INTERRUPT,
+    WorkerSettings,
+)
+from ._transport import Channel, ControlLayout, borrow_pipe, return_pipe
 
-if TYPE_CHECKING:
-    from ._pool import Pool
-
-_EXIT_MARK = "interpexec-worker-exit:"
-
-_BOOTSTRAP = """\
+#: The source every worker interpreter runs: constant; everything else arrives
+#: as data on the hand-off queue (its id and the parent's sys.path are bound as
+#: globals by ``_compat.run_string``).
+BOOTSTRAP = """\
 import sys
-sys.path[:] = {path!r}
-from interpexec._worker_main import serve
-from interpexec._compat import queue_get
-_reason = serve(queue_get({handoff!r}), {slots!r}, {tasks!r}, {results!r}, {commands!r}, {interrupt!r}, {index!r},
-                {max_tasks!r}, {idle_timeout!r}, {grace!r}, {init!r}, {main_path!r}, {main_name!r}, {log_level!r})
-if _reason:
-    raise SystemExit({mark!r} + _reason)
+sys.path[:] = _ie_path
+from interpexec._worker_main import main
+main(_ie_handoff)
 """
+
+
+class WorkerHost(Protocol):
+    """What a worker asks of its pool."""
+
+    def settings_for(self, worker: Worker) -> WorkerSettings: ...
+    def entering(self, worker: Worker) -> None: ...
+    def left(self, worker: Worker) -> None: ...
+    def worker_should_restart(self, worker: Worker) -> bool: ...
+    def worker_exited(self, worker: Worker, how: str, error: str | None) -> None: ...
+    def interrupted_in_flight(self) -> list[int]: ...
+    def take_results(self) -> bool: ...
 
 
 class Worker:
     """A worker thread and the interpreter it currently runs."""
 
-    def __init__(self, pool: Pool, slot: int, name: str) -> None:
-        self.pool = pool
+    def __init__(
+        self,
+        host: WorkerHost,
+        slot: int,
+        name: str,
+        sys_path: tuple[str, ...],
+        control_view: memoryview,
+        layout: ControlLayout,
+    ) -> None:
+        self.host = host
         self.slot = slot
         self.name = name
         self.interp_id: int | None = None
         self.restarts = 0
-        self.retired = False  # stuck in a task; replaced; exits when it returns
+        self.retired = False  # stuck in a task, or waiting for threads it left; replaced
         self.in_interp = False  # owns an interpreter now (parking waits for False)
         self.commands = Channel()
         self.interrupt_pipe = borrow_pipe()
         self.handoff = 0
+        self.sys_path = sys_path
+        self.control_view = control_view
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.born = time.monotonic()
-        ctl, layout = pool.ctl, pool.layout
+        ctl = control_view.cast("q")
         # The slot's counters keep counting across workers: remember where we start.
         self.base_done = ctl[layout.tasks_done + slot]
         self.base_busy_ns = ctl[layout.busy_ns + slot]
@@ -60,92 +88,88 @@ class Worker:
     def start(self) -> None:
         self.thread.start()
 
-    def _source(self) -> str:
-        pool = self.pool
-        return _BOOTSTRAP.format(
-            path=list(pool.sys_path),
-            handoff=self.handoff,
-            slots=pool.layout.slots,
-            tasks=pool.tasks.spec(),
-            results=pool.results.spec(),
-            commands=self.commands.spec(),
-            interrupt=self.interrupt_pipe,
-            index=self.slot,
-            max_tasks=pool.max_tasks_per_child or 0,
-            idle_timeout=pool.idle_timeout,
-            grace=pool.interrupt_grace,
-            init=pool.init_blob,
-            main_path=pool.main_path,
-            main_name=pool.main_name,
-            log_level=pool.log_level,
-            mark=_EXIT_MARK,
-        )
+    def interrupt(self, tid: int) -> None:
+        """Ask this worker's watchdog to stop task ``tid`` (call under the pool's
+        lock: the worker closes its command channel under it too)."""
+        if self.commands.qid and self.commands.wfd >= 0:
+            try:
+                self.commands.put((INTERRUPT, tid))
+            except Exception:  # the channel is gone: the worker has ended
+                pass
 
     def _run(self) -> None:
-        # The control block crosses as a memoryview, which only a queue carries.
         self.handoff = _compat.queue_create()
         how, error = "error", None
         try:
             how, error = self._serve_until_stopped()
-        except BaseException as exc:  # pragma: no cover - defensive
+        except BaseException as exc:  # reported to the pool, which breaks
             error = repr(exc)
         finally:
             _compat.queue_destroy(self.handoff)
-            self.commands.close()
             return_pipe(self.interrupt_pipe)
-            self.pool.worker_exited(self, how, error)
+            self.host.worker_exited(self, how, error)
 
     def _serve_until_stopped(self) -> tuple[str, str | None]:
-        """Returns how the worker ended ("stop", "idle", "retired" or "error") and,
-        for "error", what broke."""
-        pool = self.pool
-        source = self._source()
+        """Returns how the worker ended ("stop", "idle", "retired", "ended" or
+        "error") and, for "error", what broke."""
+        host = self.host
         while True:
             # Around os.fork() no interpreter may exist at all (CPython's child
             # crashes otherwise), so a parked worker destroys its interpreter and
             # builds a fresh one afterwards.
-            pool.entering(self)
+            host.entering(self)
             try:
-                failure = self._one_interpreter(source)
+                reason, failure = self._one_interpreter()
             finally:
-                pool.left(self)
-            if failure is None:
+                host.left(self)
+            if failure is not None:
+                return "error", failure
+            if reason == EXIT_STOP:
                 return "stop", None
-            reason = None
-            if failure.type_name == "SystemExit" and failure.message.startswith(_EXIT_MARK):
-                reason = failure.message[len(_EXIT_MARK) :]
-            if reason is None:
-                return "error", failure.traceback
-            if reason in (wm.EXIT_RECYCLE, wm.EXIT_PARK):
-                if pool.worker_should_restart(self):
-                    if reason == wm.EXIT_RECYCLE:
+            if reason in (EXIT_RECYCLE, EXIT_PARK):
+                if host.worker_should_restart(self):
+                    if reason == EXIT_RECYCLE:
                         self.restarts += 1
                     continue
                 return "idle", None
-            return ("idle" if reason == wm.EXIT_IDLE else "retired"), None
+            if reason == EXIT_IDLE:
+                return "idle", None
+            if reason == EXIT_RETIRED:
+                return "retired", None
+            return "ended", None  # EXIT_INIT_FAILED: the pool is broken already
 
-    def _one_interpreter(self, source: str) -> _compat.ExecFailure | None:
-        """Create an interpreter, serve in it, collect its results, destroy it."""
-        pool = self.pool
+    def _one_interpreter(self) -> tuple[int, str | None]:
+        """Create an interpreter, serve in it, collect its results, destroy it.
+        Returns the EXIT_* reason, or a description of what failed."""
+        host = self.host
+        while _compat.queue_count(self.handoff):  # left over from a failed start
+            _compat.queue_get(self.handoff)
         try:
             interp_id = _compat.create_interpreter()
-        except BaseException as exc:
-            return _compat.ExecFailure("InterpreterError", "", f"could not create an interpreter: {exc!r}")
+        except Exception as exc:  # reported as the worker's failure
+            return EXIT_INIT_FAILED, f"could not create an interpreter: {exc!r}"
         self.interp_id = interp_id
         try:
             # Tasks interrupted while still queued are skipped by the interpreter
             # that was told so; that one may have been recycled since: tell this one.
-            for tid in pool.interrupted_in_flight():
-                self.commands.put((wm.INTERRUPT, tid))
-            _compat.queue_put(self.handoff, pool.control_view)
-            return _compat.run_string(interp_id, source)
+            for tid in host.interrupted_in_flight():
+                self.commands.put((INTERRUPT, tid))
+            _compat.queue_put(self.handoff, self.control_view)
+            _compat.queue_put(self.handoff, host.settings_for(self).to_wire())
+            failure = _compat.run_string(interp_id, BOOTSTRAP, {"_ie_path": self.sys_path, "_ie_handoff": self.handoff})
+            if failure is not None:
+                return EXIT_INIT_FAILED, failure.traceback
+            answer = _compat.queue_get(self.handoff)
+            if type(answer) is not tuple or len(answer) != 2 or answer[0] != EXIT:
+                return EXIT_INIT_FAILED, f"the worker ended without saying why ({answer!r})"
+            return int(answer[1]), None
         except BaseException as exc:  # the interpreter could not be entered
-            return _compat.ExecFailure(type(exc).__name__, str(exc), repr(exc))
+            return EXIT_INIT_FAILED, repr(exc)
         finally:
             # Results still queued belong to this interpreter: take them first.
-            pool.collect()
+            host.take_results()
             self.interp_id = None
             try:
                 _compat.destroy_interpreter(interp_id)
-            except Exception as exc:  # pragma: no cover - should not happen
+            except Exception as exc:  # should not happen; say so and go on
                 print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)

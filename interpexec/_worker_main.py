@@ -1,44 +1,50 @@
 """The code that runs inside each worker interpreter.
 
-A worker thread enters its interpreter once and calls :func:`serve`, which loops
-there for the interpreter's whole life: it blocks on the task channel's pipe when
-idle, runs each task, and puts the outcome on the result channel.  No interpreter
-entry, and no sleeping, per task.
+A worker thread enters its interpreter once and calls :func:`main`, which reads
+the worker's settings from its hand-off queue and runs :func:`serve`: a loop
+that stays in the interpreter for its whole life, blocks on the task channel's
+pipe when idle, runs each task, and puts the outcome on the result channel.  No
+interpreter entry, and no sleeping, per task.  Every message is one of
+:mod:`interpexec._protocol`'s.
 
-Beside the loop runs a watchdog thread in the same interpreter.  It blocks on the
-worker's command channel (and, while a task with a deadline runs, until that
-deadline).  To stop a running task it raises an exception in the loop's thread
-with ``PyThreadState_SetAsyncExc``, which acts on the threads of the calling
-interpreter only; so the watchdog must live in the worker's own interpreter.
-
-Message shapes (all natively shareable tuples; see :mod:`interpexec._transport`):
-
-  task     (tid, CALL,  fn_blob, encoded (args, kwargs_items), timeout or None)
-           (tid, CHUNK, fn_blob, encoded argument columns,       timeout or None)
-           (0,   STOP)
-  result   (tid, OK, encoded value)          a CHUNK's value is a tuple of results
-           (tid, ERR, packed exception)
-           (tid, TIMEOUT, seconds)           from the watchdog, at the deadline
-           (tid, STOPPED, None)              the task was interrupted or skipped
-           (-1,  EVENT, worker index, event, data)
-  command  (INTERRUPT, tid) | (CMD_STOP,)    main -> watchdog
+Beside the loop runs a watchdog thread (:mod:`interpexec._watchdog`) for
+deadlines and interrupts.  Before returning, the worker waits for threads its
+tasks left running (:class:`interpexec._worker_env.ThreadTracker`): CPython
+cannot end an interpreter while one runs.
 """
 
 from __future__ import annotations
 
-import _thread
 import os
 import select
 import sys
 import time
-from _collections import deque  # type: ignore[import-not-found,unused-ignore]
 from _pickle import loads
 
 from . import _compat, _shared
-from ._errors import pack_exception
+from ._errors import pack_exception, pack_unreportable
+from ._protocol import (
+    CALL,
+    ERR,
+    EV_INIT_FAILED,
+    EV_STARTED,
+    EV_THREADS_LEFT,
+    EVENT,
+    EXIT,
+    EXIT_IDLE,
+    EXIT_INIT_FAILED,
+    EXIT_PARK,
+    EXIT_RECYCLE,
+    EXIT_RETIRED,
+    EXIT_STOP,
+    INIT_TID,
+    OK,
+    STOP,
+    STOPPED,
+    WorkerSettings,
+)
 from ._transport import (
     COLLECTOR_ASLEEP,
-    COLLECTOR_NEEDED,
     COLLECTOR_READ,
     INTERRUPT_FDS,
     LENT,
@@ -54,32 +60,9 @@ from ._transport import (
     decode,
     encode,
     encode_flat,
-    wake_fd,
 )
-
-# task kinds
-CALL = 0
-CHUNK = 1
-STOP = 2
-# result kinds
-OK = 0
-ERR = 1
-EVENT = 2
-TIMEOUT = 3
-STOPPED = 4
-# events
-EV_STARTED = 0  # data: interpreter id
-EV_INIT_FAILED = 1  # data: packed exception
-EV_STUCK = 2  # data: tid that did not return to Python within the grace period
-EV_LOG = 3  # data: a logging record's fields (see _LogForwarder)
-# commands
-INTERRUPT = 0
-CMD_STOP = 1
-# why serve() returned (besides STOP): the worker thread acts on it
-EXIT_RECYCLE = "recycle"  # max_tasks_per_child reached: start a fresh interpreter
-EXIT_IDLE = "idle"  # idle longer than idle_timeout: release the interpreter
-EXIT_RETIRED = "retired"  # was stuck; a replacement already runs
-EXIT_PARK = "park"  # os.fork() is coming: no interpreter may exist; a fresh one follows
+from ._watchdog import Interrupted, TaskState, Watchdog, finish_task
+from ._worker_env import LogForwarder, MainFixup, ThreadTracker
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -90,217 +73,15 @@ _FN_CACHE_MAX = 1024
 #: Idle checks (each yielding the CPU) a worker makes before it sleeps.  Only
 #: while the pool has no more workers than CPUs: beyond that, spinning workers
 #: take CPU time from the threads that would give them work.
-SPIN = int(os.environ.get("INTERPEXEC_SPIN", "64"))
-_CANCELLED_MAX = 4096
+SPIN = 64
 
 
-class Interrupted(BaseException):
-    """Raised inside a running task to stop it (deadline passed or interrupt()).
-
-    A BaseException, so ``except Exception`` in user code does not swallow it;
-    ``finally`` blocks and context managers run as usual."""
-
-
-class _MainFixup:
-    """Lets functions and classes defined in the parent's ``__main__`` resolve.
-
-    Mirrors multiprocessing's spawn: the parent's main script (or ``-m`` module) is
-    run once, lazily, under the name ``__mp_main__`` (so its
-    ``if __name__ == "__main__":`` block does not run) and installed as
-    ``sys.modules["__main__"]``.
-    """
-
-    def __init__(self, main_path: str | None, main_name: str | None) -> None:
-        self.main_path = main_path
-        self.main_name = main_name
-        self.done = False
-
-    def applies_to(self, exc: BaseException) -> bool:
-        return not self.done and isinstance(exc, (AttributeError, ImportError)) and "__main__" in str(exc)
-
-    def apply(self) -> None:
-        import runpy
-        import types
-
-        name, path = self.main_name, self.main_path
-        if name and name != "__main__" and not name.endswith(".__main__"):
-            namespace = runpy.run_module(name, run_name="__mp_main__", alter_sys=True)
-        elif path and os.path.exists(path):
-            namespace = runpy.run_path(path, run_name="__mp_main__")
-        else:
-            self.done = True
-            return
-        module = types.ModuleType("__mp_main__")
-        module.__dict__.update(namespace)
-        sys.modules["__main__"] = sys.modules["__mp_main__"] = module
-        # Only now: a task stopped while the script was running gets it re-run.
-        self.done = True
-
-
-class _TaskState:
-    """What the loop and the watchdog share, guarded by ``lock``."""
-
-    def __init__(self) -> None:
-        # Re-entrant, and released by owner checks: an Interrupted can surface
-        # right as the loop's acquire() returns (see _finish_task).
-        self.lock = _thread.RLock()
-        self.tid = 0  # task running now, 0 for none
-        self.deadline = 0.0  # monotonic deadline of that task, 0.0 for none
-        self.timeout: float | None = None
-        self.fired = False  # an Interrupted was raised (or is pending) in the loop
-        self.fired_at = 0.0
-        self.stuck_reported = False
-        self.retired = False
-        self.cancelled: deque[int] = deque(maxlen=_CANCELLED_MAX)
-        self.thread_id = _thread.get_ident()
-
-
-class _LogForwarder:
-    """Sends ``logging`` records emitted inside this worker to the caller, whose
-    own handlers then handle them.  Installed once the task code has imported
-    ``logging`` (a worker that never logs never imports it)."""
-
-    def __init__(self, results: Channel, index: int) -> None:
-        self.results = results
-        self.index = index
-        self.installed = False
-
-    def install(self, level: int) -> None:
-        import logging
-
-        self.installed = True
-        results, index = self.results, self.index
-        interp = _compat.current_interpreter_id()
-
-        class ForwardHandler(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                try:
-                    exc_text = record.exc_text
-                    if record.exc_info and not exc_text:
-                        exc_text = logging.Formatter().formatException(record.exc_info)
-                    fields = (
-                        record.name,
-                        record.levelno,
-                        record.pathname,
-                        record.lineno,
-                        record.getMessage(),
-                        exc_text,
-                        record.funcName,
-                        record.created,
-                        record.threadName,
-                        interp,
-                    )
-                    results.put((-1, EVENT, index, EV_LOG, fields))
-                except Exception:
-                    self.handleError(record)
-
-        root = logging.getLogger()
-        root.addHandler(ForwardHandler())
-        root.setLevel(level)
-
-
-def _finish_task(state: _TaskState) -> None:
-    """Mark the task over, so the watchdog raises nothing more, and cancel an
-    Interrupted it set but that has not surfaced yet.
-
-    The watchdog raises at most one Interrupted per task, only while holding
-    ``state.lock`` and only while ``state.tid`` is set.  That exception can
-    surface at any bytecode boundary, including the moment ``acquire()`` below
-    returns: then it propagates with the lock held, and the caller catches it and
-    calls this again, which first releases what this thread still holds.
-    """
-    lock = state.lock
-    while lock._is_owned():  # type: ignore[attr-defined]
-        lock.release()
-    lock.acquire()
-    try:
-        state.tid = 0
-        state.deadline = 0.0
-        fired = state.fired
-    finally:
-        lock.release()
-    if fired:
-        _set_async_exc(state.thread_id, None)  # cancel one still pending
-    if _shared._lent:
-        _shared._lent.clear()
-
-
-def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
-
-
-class _Watchdog:
-    """Enforces deadlines and interrupt requests for one worker's running task."""
-
-    def __init__(
-        self, state: _TaskState, commands: Channel, results: Channel, index: int, grace: float, interrupt_wfd: int
-    ) -> None:
-        self.interrupt_wfd = interrupt_wfd
-        self.state = state
-        self.commands = commands
-        self.results = results
-        self.index = index
-        self.grace = grace
-        self.handle: Any = None
-
-    def start(self) -> None:
-        # A plain joinable thread (isolated interpreters allow no daemon threads);
-        # the threading module is not needed for it.
-        self.handle = _thread.start_joinable_thread(self._run, daemon=False)
-
-    def poke(self) -> None:
-        """Make the watchdog re-read the task state (a task with a deadline started)."""
-        self.commands.put((INTERRUPT, 0))
-
-    def stop(self) -> None:
-        self.commands.put((CMD_STOP,))
-        self.handle.join()
-
-    def _fire(self, now: float) -> None:
-        st = self.state
-        st.fired = True
-        st.fired_at = now
-        _set_async_exc(st.thread_id, Interrupted)
-        if self.interrupt_wfd >= 0:
-            wake_fd(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
-
-    def _run(self) -> None:
-        st, commands, rfd = self.state, self.commands, self.commands.rfd
-        while True:
-            with st.lock:
-                now = time.monotonic()
-                if st.tid and not st.fired and st.deadline:
-                    wait: float | None = max(0.0, st.deadline - now)
-                elif st.tid and st.fired and not st.stuck_reported:
-                    wait = max(0.0, st.fired_at + self.grace - now)
-                else:
-                    wait = None
-            if select.select([rfd], [], [], wait)[0]:
-                os.read(rfd, 4096)
-            for cmd in commands.drain():
-                if cmd[0] == CMD_STOP:
-                    return
-                target = cmd[1]
-                if target:
-                    with st.lock:
-                        if st.tid == target:
-                            if not st.fired:
-                                self._fire(time.monotonic())
-                        else:
-                            st.cancelled.append(target)
-            with st.lock:
-                now = time.monotonic()
-                if st.tid and not st.fired and st.deadline and now >= st.deadline:
-                    self._fire(now)
-                    # Fail the future now, even if the task is stuck in a C call (one
-                    # that releases the GIL; one holding it delays even the watchdog).
-                    self.results.put((st.tid, TIMEOUT, st.timeout))
-                elif st.tid and st.fired and not st.stuck_reported and now >= st.fired_at + self.grace:
-                    st.stuck_reported = True
-                    st.retired = True
-                    self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
+def main(handoff: int) -> None:
+    """Entry point: settings in from the hand-off queue, the exit reason out."""
+    control = _compat.queue_get(handoff)
+    settings = WorkerSettings.from_wire(_compat.queue_get(handoff))
+    reason = serve(control, settings)
+    _compat.queue_put(handoff, (EXIT, reason))
 
 
 def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -322,68 +103,52 @@ def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) 
     return encode(value, share_buffers=False, snapshot=True)
 
 
-def serve(
-    control: memoryview,
-    slots: int,
-    tasks_spec: tuple[int, int, int],
-    results_spec: tuple[int, int, int],
-    commands_spec: tuple[int, int, int],
-    interrupt_pipe: tuple[int, int],
-    index: int,
-    max_tasks: int,
-    idle_timeout: float | None,
-    grace: float,
-    init_blob: bytes | None,
-    main_path: str | None,
-    main_name: str | None,
-    log_level: int | None = None,
-) -> str | None:
-    """Run tasks until STOP (returns None) or until the worker must go (returns
-    one of the EXIT_* reasons).  ``log_level``: forward ``logging`` records at or
-    above it to the caller's handlers (None: do not forward)."""
+def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
+    """An ERR message for ``exc``, whatever its ``__str__``/``__reduce__`` do
+    (raise SystemExit, run out of memory): reporting never ends the worker."""
+    try:
+        return (tid, ERR, pack_exception(exc))
+    except BaseException as failure:  # any failure here is reported instead
+        return (tid, ERR, pack_unreportable(exc, failure))
+
+
+def serve(control: memoryview, settings: WorkerSettings) -> int:
+    """Run tasks until STOP or until the worker must go; returns an EXIT_* reason."""
     # The watchdog needs this interpreter's GIL to stop a task that holds it; by
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
     sys.setswitchinterval(0.0005)
     _shared._in_worker = True
-    tasks = Channel.from_spec(tasks_spec)
-    results = Channel.from_spec(results_spec)
-    state = _TaskState()
-    watchdog = _Watchdog(state, Channel.from_spec(commands_spec), results, index, grace, interrupt_pipe[1])
-    INTERRUPT_FDS[state.thread_id] = interrupt_pipe[0]
+    results = Channel.from_spec(settings.results)
+    state = TaskState()
+    watchdog = Watchdog(
+        state, Channel.from_spec(settings.commands), results, settings.index, settings.grace, settings.interrupt_pipe[1]
+    )
+    INTERRUPT_FDS[state.thread_id] = settings.interrupt_pipe[0]
     watchdog.start()
+    threads = ThreadTracker()
+    threads.install()  # after the watchdog: only threads of tasks are tracked
     try:
-        return _serve(
-            control,
-            slots,
-            tasks,
-            results,
-            state,
-            watchdog,
-            index,
-            max_tasks,
-            idle_timeout,
-            init_blob,
-            _MainFixup(main_path, main_name),
-            log_level,
-        )
+        reason = _serve(control, settings, Channel.from_spec(settings.tasks), results, state, watchdog)
     finally:
         watchdog.stop()
+    if not threads.wait(settings.thread_grace):
+        # Say what was left, then wait on: the pool retires this worker (a fresh
+        # one takes its place) and destroys the interpreter once they end.
+        results.put((-1, EVENT, settings.index, EV_THREADS_LEFT, tuple(threads.names())))
+        threads.wait(None)
+    return reason
 
 
 def _serve(
     control: memoryview,
-    slots: int,
+    settings: WorkerSettings,
     tasks: Channel,
     results: Channel,
-    state: _TaskState,
-    watchdog: _Watchdog,
-    index: int,
-    max_tasks: int,
-    idle_timeout: float | None,
-    init_blob: bytes | None,
-    fixup: _MainFixup,
-    log_level: int | None,
-) -> str | None:
+    state: TaskState,
+    watchdog: Watchdog,
+) -> int:
+    index = settings.index
+    fixup = MainFixup(settings.main_path, settings.main_name)
     fn_cache: dict[bytes, Callable[..., Any]] = {}
 
     def load(blob: bytes) -> Any:
@@ -413,13 +178,30 @@ def _serve(
         fixup.apply()
         return decode(enc)
 
-    if init_blob is not None:
+    if settings.log_level is not None:
+        LogForwarder(results, index, settings.log_level).arm()
+
+    if settings.init_blob is not None:
+        failure: BaseException | None = None
         try:
-            fn_blob, initargs = load(init_blob)
-            load(fn_blob)(*initargs)
+            if state.begin(INIT_TID, settings.init_timeout):
+                if settings.init_timeout is not None:
+                    watchdog.poke()
+                fn_blob, initargs = load(settings.init_blob)
+                load(fn_blob)(*initargs)
+        except Interrupted:
+            failure = TimeoutError("the initializer was stopped (its deadline passed, or the pool was stopped)")
         except BaseException as exc:
-            results.put((-1, EVENT, index, EV_INIT_FAILED, pack_exception(exc)))
-            return None
+            failure = exc
+        finally:
+            try:
+                finish_task(state)
+            except Interrupted:  # landed in finish_task itself: once more
+                finish_task(state)
+        if failure is not None:
+            msg = _report_error(-1, failure)
+            results.put((-1, EVENT, index, EV_INIT_FAILED, msg[2]))
+            return EXIT_INIT_FAILED
     # Ready to take tasks (prestart(wait=True) waits for this): after the initializer.
     results.put((-1, EVENT, index, EV_STARTED, _compat.current_interpreter_id()))
 
@@ -427,44 +209,38 @@ def _serve(
         """Run one task.  An Interrupted may surface anywhere from the moment
         ``state.tid`` is set until it is cleared; the caller catches that."""
         tid, kind, timeout = msg[0], msg[1], msg[4]
-        lock = state.lock
-        with lock:
-            if tid in state.cancelled:
-                return (tid, STOPPED, None)
-            state.tid = tid
-            state.fired = False
-            state.stuck_reported = False
-            if timeout is not None:
-                state.deadline = time.monotonic() + timeout
-                state.timeout = timeout
+        if not state.begin(tid, timeout):
+            return (tid, STOPPED, None)
         if timeout is not None:
             watchdog.poke()
         try:
             fn = load_fn(msg[2])
-            if log_level is not None and "logging" in sys.modules and not logs.installed:
-                logs.install(log_level)
             if kind == CALL:
                 args, kwargs = load_payload(msg[3])
                 value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
                 out: tuple[Any, ...] = (tid, OK, _encode_result(value, msg[3], args))
             else:  # CHUNK: argument columns in, one column of results out
-                values = tuple(map(fn, *load_payload(msg[3])))
+                columns = load_payload(msg[3])
+                values = tuple(map(fn, *columns))
+                if columns and len(values) != len(columns[0]):
+                    # fn raised StopIteration, which ended map() early (PEP 479)
+                    raise RuntimeError("a task of map() raised StopIteration")
                 out = (tid, OK, encode_flat(values, share_buffers=False, snapshot=True))
         except Interrupted:
             out = (tid, STOPPED, None)
         except BaseException as exc:
-            out = (tid, ERR, pack_exception(exc))
+            out = _report_error(tid, exc)
         finally:
-            _finish_task(state)
+            finish_task(state)
         return out
 
-    layout = ControlLayout(slots)
+    layout = ControlLayout(settings.slots)
     ctl = control.cast("q")
     asleep = layout.asleep + index
     task_read = layout.task_read + index
     written = layout.result_written + index
     written_lo, written_hi = layout.result_written, layout.result_written + layout.slots
-    waiters = layout.waiters
+    waiter_fds, waiter_tids = layout.waiter_fds, layout.waiter_tids
     empty = object()
     get = tasks.get_nowait
     put = _compat.queue_put
@@ -477,8 +253,11 @@ def _serve(
     yield_cpu = os.sched_yield
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     spin = SPIN if ctl[WORKERS] <= cpus else 0
+    idle_ms = None if settings.idle_timeout is None else max(1, int(settings.idle_timeout * 1000))
+    idle_poll = select.poll()
+    idle_poll.register(task_rfd, select.POLLIN)
+    max_tasks = settings.max_tasks
     done = 0
-    logs = _LogForwarder(results, index)
     tasks_done = layout.tasks_done + index
     busy_ns = layout.busy_ns + index
     clock = time.perf_counter_ns
@@ -502,7 +281,7 @@ def _serve(
                 if ctl[PARK]:
                     ctl[asleep] = 0
                     return EXIT_PARK
-                if idle_timeout is not None and not select.select([task_rfd], [], [], idle_timeout)[0]:
+                if idle_ms is not None and not idle_poll.poll(idle_ms):
                     ctl[asleep] = 0
                     return EXIT_IDLE
                 os.read(task_rfd, 1)
@@ -511,41 +290,41 @@ def _serve(
                 continue
             ctl[asleep] = 0
         if msg[1] == STOP:
-            return None
+            return EXIT_STOP
         tid = msg[0]
         started = clock()
         try:
             out = run(msg)
-        except Interrupted:  # landed outside the task's own try (see _finish_task)
-            _finish_task(state)
+        except Interrupted:  # landed outside the task's own try (see finish_task)
+            finish_task(state)
             out = (tid, STOPPED, None)
         # Drop the task (and any buffers it was lent, whose release is scheduled
         # in the caller's interpreter) before the caller can see the result.
         del msg
-        put(result_qid, out)
+        try:
+            put(result_qid, out)
+        except BaseException as exc:  # e.g. MemoryError: the future must still fail
+            put(result_qid, _report_error(tid, exc))
         del out
         # Wake the thread waiting for this very result if there is one (it collects
-        # everything queued), else the collector if it sleeps.
-        waiter = ctl[waiters + tid % NSLOTS]
-        if waiter:
+        # everything queued), else the resolver if it sleeps.
+        slot = tid % NSLOTS
+        woke = False
+        waiter = ctl[waiter_fds + slot]
+        if waiter and ctl[waiter_tids + slot] == tid:
             try:
                 write(waiter - 1, b"\0")
-                waiter = 0
+                woke = True
             except OSError:
                 pass
-        if not waiter and (
-            not SKIP_WAKEUPS
-            or (
-                ctl[COLLECTOR_NEEDED]
-                and ctl[COLLECTOR_ASLEEP]
-                and sum(ctl[written_lo:written_hi]) <= ctl[COLLECTOR_READ]
-            )
+        if not woke and (
+            not SKIP_WAKEUPS or (ctl[COLLECTOR_ASLEEP] and sum(ctl[written_lo:written_hi]) <= ctl[COLLECTOR_READ])
         ):
             ctl[written] += 1
             try:
                 write(result_wfd, b"\0")
             except BlockingIOError:
-                ctl[written] -= 1  # the pipe is full: the collector is being woken
+                ctl[written] -= 1  # the pipe is full: the resolver is being woken
         if state.retired:
             return EXIT_RETIRED
         if ctl[PARK]:

@@ -47,7 +47,7 @@ from ._executor import InterpreterPoolExecutor
 if TYPE_CHECKING:
     from anyio import CapacityLimiter
 
-    from ._pool import WorkItem
+    from ._state import WorkItem
 
 __all__ = ["current_default_executor", "run_sync", "set_default_executor"]
 

@@ -640,10 +640,11 @@ def test_run_in_executor_cancel_cancels_a_queued_call(env):
 
 @pytest.mark.timeout(60)
 def test_run_in_executor_cancel_interrupts_a_running_task(env):
-    """asyncio cancels the pool's future when the awaiting task is cancelled: a
-    task already running in a worker is interrupted (its ``finally`` runs), and
-    the worker takes the next call."""
-    executor = env.pool(1)
+    """asyncio cancels the pool's future when the awaiting task is cancelled: on a
+    pool made with ``interrupt_on_cancel=True``, a task already running in a
+    worker is interrupted (its ``finally`` runs), and the worker takes the next
+    call."""
+    executor = env.pool(1, interrupt_on_cancel=True)
     arrived_r, arrived_w = env.pipe()
     stopped_r, stopped_w = env.pipe()
 

@@ -23,7 +23,7 @@ def test_prestart_starts_every_worker_before_any_task():
         assert all(w["interpreter_id"] for w in workers)
         assert len({w["interpreter_id"] for w in workers}) == 3
         names = [t.name for t in threading.enumerate() if t.name.startswith("ie-prestart")]
-        assert len([n for n in names if not n.endswith("collector")]) == 3
+        assert len([n for n in names if not n.endswith("resolver")]) == 3
 
 
 @pytest.mark.timeout(60)
@@ -48,7 +48,7 @@ def test_idle_workers_release_their_interpreters_and_come_back():
         assert ex.submit(fh.ok, 1).result(timeout=10) == 1
         # The idle workers' threads end on their own: join them (no sleeping).
         for t in [t for t in threading.enumerate() if t.name.startswith("ie-idle")]:
-            if not t.name.endswith("collector"):
+            if not t.name.endswith("resolver"):
                 t.join(timeout=10)
         assert ex.stats()["workers"] == []
         assert not ours & {int(entry[0]) for entry in _interpreters.list_all()}

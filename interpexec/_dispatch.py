@@ -1,0 +1,77 @@
+"""Dispatch: work items go from the pending deque into the task channel.
+
+While fewer than ``window`` tasks are in flight, pending items are marked running
+and put on the task channel that every worker pulls from (so load balances
+itself).  As with ProcessPoolExecutor, only work not yet handed to the workers
+can be cancelled.  Dispatch runs under the pool's lock and never runs user
+code: a future that fails here is returned to the caller, which resolves it
+after releasing the lock.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ._compat import queue_put
+from ._future import PoolFuture
+from ._protocol import STOP
+from ._state import PoolState, WorkItem
+from ._transport import SKIP_WAKEUPS
+
+
+class Dispatcher(PoolState):
+    def start_locked(self) -> None:
+        raise NotImplementedError  # provided by Workers
+
+    def enqueue_locked(
+        self, fut: PoolFuture[Any], msg: tuple[Any, ...], args: Any
+    ) -> list[tuple[WorkItem, BaseException]]:
+        """Queue a call whose ``msg`` already carries its task id; returns the
+        items that failed to dispatch (resolve them after releasing the lock)."""
+        if self.active < self.max_workers or not self.started:
+            self.start_locked()
+        self.pending.append(WorkItem(fut, msg, args))
+        return self.dispatch_locked()
+
+    def dispatch_locked(self) -> list[tuple[WorkItem, BaseException]]:
+        """Move pending work into the task channel while the window allows."""
+        failed: list[tuple[WorkItem, BaseException]] = []
+        if self.closed:
+            return failed
+        pending, inflight = self.pending, self.inflight
+        while pending and len(inflight) < self.window:
+            item = pending.popleft()
+            # (A cancelled future's callbacks already ran in cancel(): none run here.)
+            if not item.future.set_running_or_notify_cancel():
+                continue
+            inflight[item.tid] = item
+            try:
+                queue_put(self.tasks.qid, item.msg)
+            except BaseException as exc:  # e.g. an object the queue refused: fails that future only
+                del inflight[item.tid]
+                failed.append((item, exc))
+                continue
+            self._wake_a_worker()
+        if self.shutdown_flag and not pending and self.stops_sent < self.active:
+            for _ in range(self.active - self.stops_sent):
+                queue_put(self.tasks.qid, (0, STOP))
+                self.stops_sent += 1
+                self._wake_a_worker(force=True)
+        return failed
+
+    def window_full(self) -> bool:
+        return len(self.inflight) >= self.window
+
+    def _wake_a_worker(self, force: bool = False) -> None:
+        """Write a task wake-up byte unless every sleeping worker already has one
+        coming (sleepers <= wake-up bytes written and not yet read)."""
+        if SKIP_WAKEUPS and not force:
+            sleepers = self.control.count(1, self.asleep_lo, self.asleep_hi)
+            if not sleepers or sleepers <= self.task_written - sum(self.ctl[self.task_read_lo : self.task_read_hi]):
+                return
+        self.task_written += 1
+        try:
+            os.write(self.tasks.wfd, b"\0")
+        except BlockingIOError:
+            self.task_written -= 1  # full: the workers are being woken anyway

@@ -1,0 +1,173 @@
+"""Worker lifecycle: starting workers, retiring them, their exit, a broken pool.
+
+A worker is *retired* when the pool stops counting on it: its task passed its
+deadline, an interrupted task did not return to Python in time, or it waits for
+threads a task left running.  A replacement starts at once; the retired thread
+ends whenever its interpreter can be destroyed, and nothing waits for it except
+process exit (CPython cannot finalize while an interpreter runs code).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ._dispatch import Dispatcher
+from ._future import set_exception_if_running
+from ._protocol import WorkerSettings
+from ._state import WorkItem
+from ._transport import wake_fd
+from ._worker import Worker
+
+
+class Workers(Dispatcher):
+    def start_locked(self) -> None:
+        self.started = True
+        while self.active < self.max_workers and self.free_slots and self.broken is None:
+            slot = self.free_slots.pop()
+            w = Worker(self, slot, f"{self.thread_name_prefix}_{slot}", self.sys_path, self.control_view, self.layout)
+            self.workers[slot] = w
+            self.active += 1
+            w.start()
+
+    def settings_for(self, worker: Worker) -> WorkerSettings:
+        return WorkerSettings(
+            slots=self.layout.slots,
+            index=worker.slot,
+            tasks=self.tasks.spec(),
+            results=self.results.spec(),
+            commands=worker.commands.spec(),
+            interrupt_pipe=worker.interrupt_pipe,
+            max_tasks=self.max_tasks_per_child or 0,
+            idle_timeout=self.idle_timeout,
+            grace=self.interrupt_grace,
+            init_blob=self.init_blob,
+            init_timeout=self.task_timeout,
+            main_path=self.main_path,
+            main_name=self.main_name,
+            log_level=self.log_level,
+            thread_grace=self.interrupt_grace,
+        )
+
+    def prestart(self, wait: bool) -> None:
+        with self.lock:
+            self.check_usable_locked()
+            self.start_locked()
+            if wait:
+                while self.broken is None and not self._all_ready_locked():
+                    self.ready.wait()
+                if self.broken is not None:
+                    raise self.broken_error()
+
+    def _all_ready_locked(self) -> bool:
+        return all(slot in self.ready_slots for slot, w in self.workers.items() if not w.retired)
+
+    # --------------------------------------------------------- worker events
+    def worker_should_restart(self, worker: Worker) -> bool:
+        with self.lock:
+            return self.broken is None and not worker.retired
+
+    def interrupted_in_flight(self) -> list[int]:
+        """Tasks handed to the workers and interrupted, not yet reported back."""
+        with self.lock:
+            return [tid for tid, item in self.inflight.items() if item.future.cancelled()]
+
+    def worker_exited(self, worker: Worker, how: str, error: str | None) -> None:
+        if error is not None and not worker.retired:
+            self.set_broken(
+                f"A worker interpreter stopped unexpectedly, the pool is not usable anymore:\n{error}", None
+            )
+        with self.lock:
+            del self.workers[worker.slot]
+            worker.commands.close()
+            self.free_slots.append(worker.slot)
+            self.ready_slots.discard(worker.slot)
+            if not worker.retired:
+                self.active -= 1
+            if how == "stop":
+                # (a worker retired just after its last check may still take a STOP
+                # meant for another: dispatch below sends a new one if so)
+                self.stops_sent -= 1
+            if how == "idle" and (self.inflight or self.pending) and self.broken is None:
+                self.start_locked()  # work arrived as it left
+            failed = self.dispatch_locked() if self.shutdown_flag and self.started else []
+            self.ready.notify_all()
+        self.fail_items(failed)
+        self.after_worker_exit()
+
+    def take_results(self) -> bool:
+        raise NotImplementedError  # provided by Resolver
+
+    def after_worker_exit(self) -> None:
+        """Hook for the resolver: a worker is gone, or the pool broke."""
+
+    def retire(self, slot: int, why: str | None = None) -> None:
+        """Stop counting on the worker in ``slot`` (stuck, timed out, or waiting
+        for threads its tasks left) and start another in its place."""
+        with self.lock:
+            worker = self.workers.get(slot)
+            if worker is None or worker.retired:
+                return
+            worker.retired = True
+            self.active -= 1
+            self.ready_slots.discard(slot)
+            failed: list[tuple[WorkItem, BaseException]] = []
+            if self.broken is None and (not self.shutdown_flag or self.pending or self.inflight):
+                self.start_locked()
+                failed = self.dispatch_locked()
+            self.ready.notify_all()
+        self.fail_items(failed)
+        if why:
+            warnings.warn(why, RuntimeWarning, stacklevel=1)
+
+    def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:
+        """Fail futures that could not be dispatched (no lock held: callbacks run)."""
+        for item, exc in failed:
+            set_exception_if_running(item.future, exc)
+            if item.waiter_fd:
+                wake_fd(item.waiter_fd - 1)
+
+    def set_broken(self, message: str, cause: BaseException | None) -> None:
+        with self.lock:
+            if self.broken is not None:
+                return
+            self.broken = message
+            self.broken_cause = cause
+            waiting = list(self.pending)
+            doomed = list(self.inflight.values())
+            self.pending.clear()
+            self.inflight.clear()
+            self.shutdown_flag = True
+            failed = self.dispatch_locked()  # sends STOP to the workers still alive
+            self.ready.notify_all()
+        self.fail_items(failed)
+        for item in waiting:  # never dispatched: still PENDING (unless cancelled)
+            if item.future.set_running_or_notify_cancel():
+                doomed.append(item)
+        error = self.broken_error()
+        self.fail_items([(item, error) for item in doomed])
+        self.after_worker_exit()  # the resolver notices and ends
+
+    # ------------------------------------------------------------ os.fork()
+    # CPython's child aborts in PyOS_AfterFork_Child when any subinterpreter
+    # exists at fork time (3.13-3.15, even an idle one).  Around a fork, every
+    # worker finishes its current task, destroys its interpreter, and builds a
+    # fresh one once the fork is done (so initializers run again).
+    def entering(self, worker: Worker) -> None:
+        with self.lock:
+            while self.parking:
+                self.ready.wait()
+            worker.in_interp = True
+
+    def left(self, worker: Worker) -> None:
+        with self.lock:
+            worker.in_interp = False
+            self.ready.notify_all()
+
+
+def warn_threads_left(slot: int, names: Any) -> str:
+    names = ", ".join(str(n) for n in names) or "unnamed"
+    return (
+        f"a task left thread(s) running in interpexec worker {slot} ({names}); the worker is replaced, and its "
+        "interpreter is destroyed once they end (process exit waits for them, as it would for a worker process)"
+    )

@@ -1,0 +1,140 @@
+"""The messages that cross between the main interpreter and the workers.
+
+Both sides import this module, so every message kind has one name and one
+number here, and nothing else is ever sent: no source code, no strings to
+parse.  Every message is a tuple of natively shareable values (None, bool,
+int, float, str, bytes and tuples of them, see :mod:`interpexec._transport`),
+so the queues never pickle anything themselves.
+
+Channels and their messages::
+
+  hand-off queue (one per worker; main -> worker once, then worker -> main once)
+      main puts    (control memoryview, WorkerSettings.to_wire())
+      worker puts  (EXIT, reason)             why serve() returned (EXIT_* below)
+
+  task channel (shared by the workers; main -> workers)
+      (tid, CALL,  fn_blob, encoded (args, kwargs items), timeout or None)
+      (tid, CHUNK, fn_blob, encoded argument columns,       timeout or None)
+      (0,   STOP)
+
+  result channel (workers -> main)
+      (tid, OK,      encoded value)            a CHUNK's value is a tuple of results
+      (tid, ERR,     packed exception)
+      (tid, TIMEOUT, seconds)                  from the watchdog, at the deadline
+      (tid, STOPPED, None)                     interrupted or skipped as asked
+      (-1,  EVENT,   worker slot, event, data) EV_* below
+
+  command channel (one per worker; main -> that worker's watchdog)
+      (INTERRUPT, tid)        stop task tid if it runs, skip it if it comes later
+      (INTERRUPT, INIT_TID)   stop the initializer if it runs
+      (CMD_STOP,)             the watchdog ends (sent by the worker itself)
+
+This module is imported inside every worker: it imports nothing.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from typing import Any
+
+# task kinds
+CALL = 0
+CHUNK = 1
+STOP = 2
+
+# result kinds
+OK = 0
+ERR = 1
+EVENT = 2
+TIMEOUT = 3
+STOPPED = 4
+
+# events (data in brackets)
+EV_STARTED = 0  # ready to take tasks, after the initializer [interpreter id]
+EV_INIT_FAILED = 1  # the initializer raised or timed out [packed exception]
+EV_STUCK = 2  # a stopped task did not return to Python within the grace [tid]
+EV_LOG = 3  # a logging record [its fields, see _worker_env.LogForwarder]
+EV_THREADS_LEFT = 4  # threads a task left running when the interpreter ended [names]
+
+# commands
+INTERRUPT = 0
+CMD_STOP = 1
+
+#: The task id the initializer runs under (for deadlines and interrupts).
+INIT_TID = -2
+
+# The hand-off queue's message from the worker, and why serve() returned.
+EXIT = 0
+EXIT_STOP = 0  # STOP taken: the worker ends
+EXIT_RECYCLE = 1  # max_tasks_per_child reached: start a fresh interpreter
+EXIT_IDLE = 2  # idle longer than idle_timeout: release the interpreter
+EXIT_RETIRED = 3  # stuck or timed out; a replacement already runs
+EXIT_PARK = 4  # os.fork() is coming: no interpreter may exist; a fresh one follows
+EXIT_INIT_FAILED = 5  # the initializer failed (reported as EV_INIT_FAILED)
+
+
+class WorkerSettings:
+    """What a worker needs to know, sent as data over its hand-off queue."""
+
+    __slots__ = (
+        "commands",
+        "grace",
+        "idle_timeout",
+        "index",
+        "init_blob",
+        "init_timeout",
+        "interrupt_pipe",
+        "log_level",
+        "main_name",
+        "main_path",
+        "max_tasks",
+        "results",
+        "slots",
+        "tasks",
+        "thread_grace",
+    )
+
+    def __init__(
+        self,
+        *,
+        slots: int,
+        index: int,
+        tasks: tuple[int, int, int],
+        results: tuple[int, int, int],
+        commands: tuple[int, int, int],
+        interrupt_pipe: tuple[int, int],
+        max_tasks: int,
+        idle_timeout: float | None,
+        grace: float,
+        init_blob: bytes | None,
+        init_timeout: float | None,
+        main_path: str | None,
+        main_name: str | None,
+        log_level: int | None,
+        thread_grace: float,
+    ) -> None:
+        self.slots = slots
+        self.index = index
+        self.tasks = tasks
+        self.results = results
+        self.commands = commands
+        self.interrupt_pipe = interrupt_pipe
+        self.max_tasks = max_tasks
+        self.idle_timeout = idle_timeout
+        self.grace = grace
+        self.init_blob = init_blob
+        self.init_timeout = init_timeout
+        self.main_path = main_path
+        self.main_name = main_name
+        self.log_level = log_level
+        self.thread_grace = thread_grace
+
+    def to_wire(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in WorkerSettings.__slots__)
+
+    @classmethod
+    def from_wire(cls, wire: tuple[Any, ...]) -> WorkerSettings:
+        if len(wire) != len(cls.__slots__):
+            raise ValueError(f"worker settings of {len(wire)} fields, expected {len(cls.__slots__)}")
+        return cls(**dict(zip(cls.__slots__, wire, strict=True)))

@@ -1,0 +1,389 @@
+"""Resolution: results come off the result channel and settle their futures.
+
+**The invariant.**  Every result a worker puts on the result channel is
+delivered, whether or not anybody waits: the worker wakes the resolver thread
+(if it sleeps and no wake-up is on its way), and the resolver takes everything
+queued and resolves the futures.  A future nobody waits for still completes, its
+callbacks run, ``running()`` polls end.
+
+**The shortcut.**  A thread blocked in ``Future.result()`` registers its own pipe
+for its task (``attach_waiter``); the worker that finishes that task writes to
+that pipe instead of the resolver's, and the waiting thread collects every
+queued result itself: two thread wake-ups per round trip instead of three.  A
+waiter that stops waiting (timeout, Ctrl-C) first deregisters, then wakes the
+resolver if its result is not in yet, so the shortcut is never the only route.
+
+**Robustness.**  Results are taken off the queue into ``inbox`` and handled
+from there; handling a result is idempotent, and user code (done-callbacks,
+``__setstate__``, log handlers) runs after the pool's bookkeeping and without
+its locks.  An exception from user code fails at most its own future (and is
+reported); a Ctrl-C that lands while a thread delivers results is re-raised
+only after everything it took off the queue has been delivered.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import Future, _base
+from typing import Any
+
+from ._errors import unpack_exception
+from ._future import WAITABLE, PoolFuture, set_exception_if_running
+from ._lifecycle import Workers, warn_threads_left
+from ._protocol import (
+    ERR,
+    EV_INIT_FAILED,
+    EV_LOG,
+    EV_STARTED,
+    EV_STUCK,
+    EV_THREADS_LEFT,
+    EVENT,
+    OK,
+    TIMEOUT,
+)
+from ._shared import relend
+from ._state import WorkItem
+from ._transport import (
+    COLLECTOR_ASLEEP,
+    COLLECTOR_READ,
+    LENT,
+    NSLOTS,
+    SAME_ARG,
+    borrow_pipe,
+    decode,
+    materialize,
+    return_pipe,
+    wake_fd,
+)
+
+
+class Resolver(Workers):
+    def start_locked(self) -> None:
+        if not self.started:
+            self.resolver_thread = threading.Thread(
+                target=self._resolver_loop, name=f"{self.thread_name_prefix}_resolver", daemon=True
+            )
+            self.resolver_thread.start()
+        super().start_locked()
+
+    # ----------------------------------------------------------- collecting
+    def take_results(self) -> bool:
+        """Move every result now queued into ``inbox`` (no user code runs).
+
+        Out-of-band buffers of results are views over a worker's memory: they are
+        copied out here, before that worker can destroy its interpreter (worker
+        threads call this before they do)."""
+        with self.collect_lock:
+            if self.closed:
+                return False
+            qid, inbox = self.results.qid, self.inbox
+            from ._compat import queue_count, queue_get
+
+            took = False
+            while n := queue_count(qid):
+                took = True
+                for _ in range(n):
+                    msg = queue_get(qid)
+                    if msg[1] == OK and len(msg[2]) == 3:
+                        msg = (msg[0], OK, materialize(msg[2]))
+                    inbox.append(msg)
+            return took
+
+    def after_worker_exit(self) -> None:
+        self.wake_resolver()  # it delivers what the worker left, and may end
+        self.maybe_close()
+
+    def wake_resolver(self) -> None:
+        """Write a wake-up byte for the resolver (under the lock the channels are
+        closed under: never to a closed descriptor)."""
+        with self.lock:
+            if not self.closed:
+                self.results.notify()
+
+    def collect(self) -> bool:
+        """Deliver every result now queued, in this thread.  Never blocks on I/O."""
+        self.take_results()
+        return self._deliver()
+
+    def _deliver(self) -> bool:
+        inbox = self.inbox
+        in_resolver = threading.get_ident() == self.resolver_ident
+        deferred: BaseException | None = None
+        retried: set[int] = set()
+        handled = False
+        while True:
+            try:
+                msg = inbox.popleft()
+            except IndexError:
+                break
+            handled = True
+            try:
+                self._handle(msg)
+            except BaseException as exc:  # user code or a Ctrl-C: deliver the rest first
+                if self._unfinished(msg) and id(msg) not in retried:
+                    retried.add(id(msg))
+                    inbox.appendleft(msg)
+                if in_resolver:
+                    _report("an exception escaped while delivering a result", exc)
+                elif deferred is None:
+                    deferred = exc
+        if deferred is not None:
+            if inbox:
+                self.wake_resolver()
+            raise deferred
+        return handled
+
+    def _unfinished(self, msg: tuple[Any, ...]) -> bool:
+        """Would handling ``msg`` again do something left undone?"""
+        if msg[1] == EVENT:
+            return bool(msg[3] != EV_LOG)
+        return msg[0] in self.inflight
+
+    def _handle(self, msg: tuple[Any, ...]) -> None:
+        """Handle one message; safe to repeat (see ``_unfinished``)."""
+        tid, kind = msg[0], msg[1]
+        if kind == EVENT:
+            self._event(msg[2], msg[3], msg[4])
+            return
+        item = self.inflight.get(tid)
+        if item is None:
+            return  # cancelled, timed out or interrupted earlier: a late report
+        fut = item.future
+        if fut._state == _base.RUNNING:
+            self._resolve(fut, item, kind, msg)
+        with self.lock:
+            if self.inflight.get(tid) is item:
+                del self.inflight[tid]
+                self.completed += 1
+            failed = self.dispatch_locked() if self.pending or self.shutdown_flag else []
+        self.fail_items(failed)
+        if item.waiter_fd and item.waiter_thread != threading.get_ident():
+            wake_fd(item.waiter_fd - 1)
+
+    def _resolve(self, fut: PoolFuture[Any], item: WorkItem, kind: int, msg: tuple[Any, ...]) -> None:
+        if kind == OK:
+            try:
+                enc = msg[2]
+                if enc[0] == LENT:  # the task returned a view its caller lent it
+                    value = relend(item.msg[3][2][enc[1]], enc[2], enc[3])
+                elif enc[0] == SAME_ARG:  # ... or one of its (immutable) arguments
+                    value = item.args[0][enc[1]]
+                else:
+                    value = decode(enc)
+            except BaseException as exc:  # unpickling failed: that future fails with it
+                set_exception_if_running(fut, exc)
+            else:
+                if fut._state == _base.RUNNING:
+                    try:
+                        fut.set_result(value)
+                    except _base.InvalidStateError:
+                        pass
+        elif kind == ERR:
+            set_exception_if_running(fut, unpack_exception(msg[2]))
+        elif kind == TIMEOUT:
+            set_exception_if_running(
+                fut, TimeoutError(f"the task ran longer than its timeout of {msg[2]} s and was stopped")
+            )
+        else:  # STOPPED: interrupted (or skipped) at our request
+            fut.force_cancel()
+
+    def _event(self, slot: int, event: int, data: Any) -> None:
+        if event == EV_STARTED:
+            with self.lock:
+                self.ready_slots.add(slot)
+                self.ready.notify_all()
+        elif event == EV_INIT_FAILED:
+            self.set_broken("A worker initializer failed, the pool is not usable anymore", unpack_exception(data))
+        elif event == EV_STUCK:
+            self.retire(slot)
+        elif event == EV_THREADS_LEFT:
+            self.retire(slot, warn_threads_left(slot, data))
+        elif event == EV_LOG:
+            try:
+                _forward_log(data)
+            except Exception as exc:  # a handler of the user's raised: say so, go on
+                _report("a logging handler raised while handling a record forwarded from a worker", exc)
+
+    # ------------------------------------------------------ the resolver thread
+    def _resolver_loop(self) -> None:
+        self.resolver_ident = threading.get_ident()
+        rfd, ctl = self.results.rfd, self.ctl
+        while True:
+            if not self.collect():
+                # Publish "asleep", look once more, then block on the pipe.
+                ctl[COLLECTOR_ASLEEP] = 1
+                if not self.collect():
+                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+                ctl[COLLECTOR_ASLEEP] = 0
+            with self.lock:
+                # Retired workers (stuck in C, or waiting for threads) are not
+                # waited for: they finish in the background; late results are not
+                # wanted.
+                if (self.shutdown_flag or self.broken) and all(w.retired for w in self.workers.values()):
+                    break
+        self.collect()
+        with self.lock:
+            self.resolver_finished = True
+        self.maybe_close()
+
+    def maybe_close(self) -> None:
+        """Close the channels once nothing can write to them any more: the
+        resolver has finished (or never started) and no worker thread (retired
+        ones included) is left.  Called by the resolver, by every worker exit, and
+        by shutdown."""
+        with self.collect_lock, self.lock:
+            if self.closed or self.workers or (self.started and not self.resolver_finished):
+                return
+            self.closed = True
+            self.inbox.clear()  # late reports of retired workers: not wanted
+            self.tasks.close()
+            self.results.close()
+
+    # ------------------------------------------------------------- waiting
+    def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
+        """Block until ``fut`` is done (or ``timeout``), collecting results in this
+        thread: the worker that finishes ``fut`` writes straight to our pipe.
+
+        Returns the part of ``timeout`` left for the standard Condition wait that
+        follows (it returns at once when ``fut`` is done)."""
+        pipe = borrow_pipe()
+        rfd, wfd = pipe
+        item = self.attach_waiter(fut, wfd, threading.get_ident())
+        if item is None:
+            return_pipe(pipe)
+            return timeout  # not dispatched yet, or another thread waits already: the
+            # resolver delivers it, and the standard Condition wait serves it
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(rfd, select.POLLIN)
+        try:
+            while True:
+                self.collect()
+                if fut._state not in WAITABLE:
+                    return timeout
+                if deadline is None:
+                    os.read(rfd, 64)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return 0.0
+                    if poller.poll(max(1, int(left * 1000 + 0.999))):
+                        os.read(rfd, 64)
+        finally:
+            self.detach_waiter(item, wfd)
+            return_pipe(pipe)
+
+    def attach_waiter(self, fut: Future[Any], wfd: int, thread: int = 0) -> WorkItem | None:
+        """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe that
+        ``thread`` blocks on, or with ``thread=0`` one an event loop watches);
+        whoever else handles the result writes it instead, unless that is
+        ``thread`` itself.  The waiter then calls :meth:`collect`.  None when
+        ``fut`` is not in a worker's hands yet, or its slot is taken.  After
+        attaching, call :meth:`collect` once before waiting (the result may already
+        be queued), and :meth:`detach_waiter` with the returned item when done."""
+        if not isinstance(fut, PoolFuture) or fut._ie_pool is not self:
+            return None
+        tid = fut._ie_tid
+        slot = tid % NSLOTS
+        fds, tids = self.layout.waiter_fds + slot, self.layout.waiter_tids + slot
+        with self.lock:
+            item = self.inflight.get(tid)
+            if item is None or item.waiter_fd or self.ctl[fds]:
+                return None
+            item.waiter_thread = thread
+            item.waiter_fd = wfd + 1
+            self.ctl[tids] = tid  # (the id first: a worker checks it after the fd)
+            self.ctl[fds] = wfd + 1
+        return item
+
+    def detach_waiter(self, item: WorkItem, wfd: int) -> None:
+        slot = item.tid % NSLOTS
+        fds = self.layout.waiter_fds + slot
+        with self.lock:
+            if self.ctl[fds] == wfd + 1:
+                self.ctl[fds] = 0
+            if item.waiter_fd == wfd + 1:
+                item.waiter_fd = 0
+        # A worker may have woken only us: unless our result is in, the resolver
+        # takes over (it collects whatever is queued).
+        if item.future._state in WAITABLE:
+            self.wake_resolver()
+
+    # ------------------------------------------------------------ interrupts
+    def interrupt(self, fut: PoolFuture[Any]) -> bool:
+        """Stop the task behind ``fut`` whether pending or running; False if it
+        had already finished."""
+        if fut._state not in WAITABLE:
+            return False
+        if Future.cancel(fut):  # (the standard cancel, not PoolFuture's)
+            return True
+        self.collect()  # a result already queued wins: the task had finished
+        tid = fut._ie_tid
+        with self.lock:
+            item = self.inflight.get(tid)
+            if item is None or fut._state not in WAITABLE:
+                return False
+            for w in self.workers.values():
+                if not w.retired:
+                    w.interrupt(tid)
+        cancelled = fut.force_cancel()
+        if item.waiter_fd and item.waiter_thread != threading.get_ident():
+            wake_fd(item.waiter_fd - 1)  # the waiter wakes now, not when the call returns
+        return cancelled
+
+    def interrupt_running(self) -> None:
+        """Interrupt every task in the workers' hands, and initializers running."""
+        from ._protocol import INIT_TID
+
+        with self.lock:
+            futures = [item.future for item in self.inflight.values()]
+            for w in self.workers.values():
+                if not w.retired and w.slot not in self.ready_slots:
+                    w.interrupt(INIT_TID)
+        for fut in futures:
+            self.interrupt(fut)
+
+
+def _report(what: str, exc: BaseException) -> None:
+    """Say on stderr that user code raised where nobody can catch it."""
+    try:
+        print(f"interpexec: {what}:", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+    except Exception:  # stderr is gone: nothing else to do
+        pass
+
+
+def _forward_log(fields: tuple[Any, ...]) -> None:
+    """Hand a worker's logging record to the same-named logger here."""
+    import logging
+
+    name, levelno, pathname, lineno, msg, exc_text, func, created, thread_name, interp = fields
+    logger = logging.getLogger(name if name != "root" else None)
+    if not logger.isEnabledFor(levelno):
+        return
+    record = logging.makeLogRecord(
+        {
+            "name": name,
+            "levelno": levelno,
+            "levelname": logging.getLevelName(levelno),
+            "pathname": pathname,
+            "filename": os.path.basename(pathname),
+            "module": os.path.splitext(os.path.basename(pathname))[0],
+            "lineno": lineno,
+            "msg": msg,
+            "args": None,
+            "exc_text": exc_text,
+            "funcName": func,
+            "created": created,
+            "msecs": (created - int(created)) * 1000,
+            "threadName": thread_name,
+            "interpreter": interp,
+            "processName": f"interpreter-{interp}",
+        }
+    )
+    logger.handle(record)

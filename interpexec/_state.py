@@ -1,0 +1,162 @@
+"""The state one pool shares between its threads, and what a work item is.
+
+:class:`PoolState` holds the fields; each concern adds its methods in its own
+module, stacked in this order (each imports only the one below it)::
+
+    PoolState    [_state]      fields, locks, usability checks
+    Dispatcher   [_dispatch]   pending deque -> task channel, the window
+    Workers      [_lifecycle]  worker threads: start, retire, exit, broken pool
+    Resolver     [_resolver]   result channel -> futures: the one resolver
+    Stopper      [_stopping]   shutdown, terminate, exit, os.fork()
+    Pool         [_pool]       stats(); what the executor holds
+
+Locks: ``lock`` guards the pool's structures; ``collect_lock`` only the taking
+of results off the result queue.  No lock of the pool is held while user code
+runs (done-callbacks, ``__reduce__``, log handlers, ``__del__``): futures are
+resolved after the locks are released.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import pickle
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any
+
+from ._future import PoolFuture
+from ._pickling import dumps_callable
+from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
+
+if TYPE_CHECKING:
+    from ._worker import Worker
+
+try:  # 3.14+
+    from concurrent.futures.interpreter import (  # type: ignore[import-not-found,unused-ignore]
+        BrokenInterpreterPool as _StdBroken,
+    )
+
+    _broken_bases: tuple[type, ...] = (BrokenProcessPool, _StdBroken)
+except ImportError:  # 3.13
+    _broken_bases = (BrokenProcessPool,)
+
+
+class BrokenInterpreterPool(*_broken_bases):  # type: ignore[misc]
+    """The pool can no longer run work: a worker's initializer failed, a worker
+    loop died, or the workers were terminated.  Subclasses
+    ``concurrent.futures.process.BrokenProcessPool`` and, on 3.14+,
+    ``concurrent.futures.interpreter.BrokenInterpreterPool``."""
+
+
+class WorkItem:
+    __slots__ = ("args", "future", "msg", "tid", "waiter_fd", "waiter_thread")
+
+    def __init__(self, future: PoolFuture[Any], msg: tuple[Any, ...], args: Any) -> None:
+        self.future = future
+        self.tid: int = msg[0]
+        self.msg = msg
+        # The call's own arguments stay alive until it completes (a Queue or a
+        # shared buffer passed to the task must outlive it, as with processes).
+        self.args = args
+        self.waiter_fd = 0  # write end (+1) of the pipe of a thread blocked in result()
+        self.waiter_thread = 0
+
+
+_pool_counter = itertools.count()
+
+
+def _main_info() -> tuple[str | None, str | None]:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None) if spec is not None else None
+    path = getattr(main, "__file__", None)
+    if path is not None:
+        path = os.path.abspath(path)
+    return path, name
+
+
+class PoolState:
+    """Everything the worker threads and the resolver share.  The public executor
+    holds the pool; nothing here holds the executor (so it can be collected)."""
+
+    def __init__(
+        self,
+        max_workers: int,
+        initializer: Callable[..., object] | None,
+        initargs: tuple[Any, ...],
+        max_tasks_per_child: int | None,
+        thread_name_prefix: str,
+        idle_timeout: float | None,
+        interrupt_grace: float,
+        log_level: int | None = None,
+        task_timeout: float | None = None,
+        interrupt_on_cancel: bool = False,
+    ) -> None:
+        self.max_workers = max_workers
+        self.max_tasks_per_child = max_tasks_per_child
+        self.thread_name_prefix = thread_name_prefix or f"InterpreterPoolExecutor-{next(_pool_counter)}"
+        self.idle_timeout = idle_timeout
+        self.interrupt_grace = interrupt_grace
+        self.log_level = log_level
+        self.task_timeout = task_timeout
+        self.interrupt_on_cancel = interrupt_on_cancel
+        self.init_blob: bytes | None = (
+            None if initializer is None else pickle.dumps((dumps_callable(initializer), tuple(initargs)), protocol=5)
+        )
+        self.sys_path = tuple(sys.path)
+        self.main_path, self.main_name = _main_info()
+        self.tasks = Channel()
+        self.results = Channel()
+        self.window = min(max(2 * max_workers, 8), NSLOTS)
+        self.layout = ControlLayout(2 * max_workers + 4)
+        self.control = bytearray(8 * self.layout.size)
+        self.control_view = memoryview(self.control)
+        self.ctl = self.control_view.cast("q")
+        self.ctl[WORKERS] = max_workers
+        self.asleep_lo, self.asleep_hi = 8 * self.layout.asleep, 8 * self.layout.task_read
+        self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
+        self.task_written = 0
+
+        self.lock = threading.Lock()
+        self.ready = threading.Condition(self.lock)  # worker events; waited on by join/prestart/park
+        self.pending: collections.deque[WorkItem] = collections.deque()
+        self.inflight: dict[int, WorkItem] = {}
+        self.tid = itertools.count(1)
+        self.workers: dict[int, Worker] = {}  # by slot; includes retired ones still running
+        self.free_slots = list(range(self.layout.slots - 1, -1, -1))
+        self.active = 0  # workers that take tasks
+        self.ready_slots: set[int] = set()
+        self.started = False
+        self.shutdown_flag = False
+        self.stops_sent = 0
+        self.broken: str | None = None
+        self.broken_cause: BaseException | None = None
+        self.completed = 0
+        self.collect_lock = threading.Lock()
+        self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
+        self.resolver_thread: threading.Thread | None = None
+        self.resolver_ident = 0
+        self.resolver_finished = False
+        self.closed = False  # channels closed: nothing more can arrive
+        self.forked = False
+        self.parking = False
+
+    def check_usable_locked(self) -> None:
+        if self.broken is not None:
+            raise self.broken_error()
+        if self.shutdown_flag:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def broken_error(self) -> BrokenInterpreterPool:
+        exc = BrokenInterpreterPool(self.broken)
+        exc.__cause__ = self.broken_cause
+        return exc
+
+
+#: Every pool not yet closed, for exit and os.fork() handling.
+LIVE_POOLS: weakref.WeakSet[PoolState] = weakref.WeakSet()

@@ -1,0 +1,213 @@
+"""Stopping: shutdown, terminate, process exit, Ctrl-C and os.fork().
+
+* ``shutdown`` sends one STOP per worker after the pending work; with
+  ``cancel_futures`` pending work is cancelled first, with ``interrupt_running``
+  running tasks (and initializers) are interrupted.
+* ``terminate`` does all of that and takes back queued work no worker took yet.
+* At exit, every pool is shut down as the standard executors are (queued work
+  runs, exit waits); after an unhandled Ctrl-C (KeyboardInterrupt), pending work
+  is cancelled and running tasks are interrupted, so the program ends promptly.
+* Around ``os.fork()`` every worker leaves its interpreter (CPython's child
+  aborts if any subinterpreter exists at fork time); the child marks inherited
+  pools broken.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from . import _compat
+from ._future import PoolFuture
+from ._protocol import STOP
+from ._resolver import Resolver
+from ._state import LIVE_POOLS
+from ._transport import PARK, wake_fd
+
+
+class Stopper(Resolver):
+    def shutdown(self, wait: bool, cancel_futures: bool, interrupt_running: bool = False) -> None:
+        cancelled: list[PoolFuture[Any]] = []
+        with self.lock:
+            self.shutdown_flag = True
+            if cancel_futures:
+                cancelled = [item.future for item in self.pending]
+                self.pending.clear()
+            failed = self.dispatch_locked() if self.started and not self.forked else []
+            started = self.started and not self.forked
+        self.fail_items(failed)
+        for fut in cancelled:
+            fut.cancel()
+        if interrupt_running:
+            self.interrupt_running()
+        if not started:
+            if not self.forked:
+                self.maybe_close()
+            return
+        self.wake_resolver()
+        if wait:
+            self.join()
+
+    def join(self, include_retired: bool = False) -> None:
+        """Wait until every worker has ended; retired workers (stuck in C, or
+        waiting for threads a task left) are not waited for unless
+        ``include_retired``.  Waits on the pool's condition, which retirement and
+        exits notify."""
+        me = threading.current_thread()
+        ended: set[threading.Thread] = set()
+        with self.lock:
+            while True:
+                waiting = [
+                    w.thread for w in self.workers.values() if (include_retired or not w.retired) and w.thread is not me
+                ]
+                ended.update(w.thread for w in self.workers.values() if w.thread is not me)
+                if not waiting:
+                    break
+                self.ready.wait()
+            retired = {w.thread for w in self.workers.values() if w.retired}
+        for t in ended - retired:
+            if t.is_alive():
+                t.join()  # it has left its interpreter: only returning remains
+        resolver = self.resolver_thread
+        if resolver is not None and resolver is not me and all(w.thread is not me for w in list(self.workers.values())):
+            resolver.join()
+
+    def terminate(self) -> None:
+        """Cancel pending work, fail queued work, stop running tasks, stop workers."""
+        with self.lock:
+            self.shutdown_flag = True
+            pending = [item.future for item in self.pending]
+            self.pending.clear()
+        for fut in pending:
+            fut.cancel()
+        # Take back what no worker has started yet.
+        with self.lock:
+            queued = self.tasks.drain() if self.started and not self.closed else []
+            items = [self.inflight.pop(msg[0], None) for msg in queued if msg[1] != STOP]
+            self.stops_sent -= sum(1 for msg in queued if msg[1] == STOP)
+        for item in items:
+            if item is not None:
+                item.future.force_cancel()
+                if item.waiter_fd:
+                    wake_fd(item.waiter_fd - 1)
+        self.interrupt_running()
+        with self.lock:
+            failed = self.dispatch_locked() if self.started and not self.forked else []
+        self.fail_items(failed)
+        if self.started and not self.forked:
+            self.wake_resolver()
+            self.join()
+        else:
+            self.maybe_close()
+
+    # ------------------------------------------------------------ os.fork()
+    def park(self, timeout: float) -> bool:
+        """Ask every worker to destroy its interpreter; True once none is left."""
+        with self.lock:
+            if self.forked or not self.started or self.closed:
+                return True
+            self.parking = True
+            self.ctl[PARK] = 1
+            for _ in [w for w in self.workers.values() if w.in_interp]:
+                try:
+                    os.write(self.tasks.wfd, b"\0")  # wake the sleepers; they see PARK
+                except OSError:
+                    break
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while any(w.in_interp for w in self.workers.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.ready.wait(left)
+        return True
+
+    def unpark(self) -> None:
+        with self.lock:
+            if not self.parking:
+                return
+            self.parking = False
+            self.ctl[PARK] = 0
+            self.ready.notify_all()
+
+    def forget_after_fork(self) -> None:
+        """In the child of a fork: none of the worker threads and none of the
+        interpreters exist here; refuse work without touching what was shared."""
+        self.forked = True
+        self.lock = threading.Lock()
+        self.ready = threading.Condition(self.lock)
+        self.collect_lock = threading.Lock()
+        self.workers.clear()
+        self.pending.clear()
+        self.inflight.clear()
+        self.inbox = collections.deque()
+        self.closed = True
+        self.parking = False
+        self.shutdown_flag = True
+        if self.broken is None:
+            self.broken = "this pool was created before os.fork() and cannot be used in the child; create a new one"
+
+
+# ---------------------------------------------------------------- process-wide
+_exiting = False
+
+
+def exiting() -> bool:
+    return _exiting
+
+
+def _python_exit() -> None:
+    """At interpreter exit, before threads are joined: stop every pool.  As with
+    ThreadPoolExecutor and ProcessPoolExecutor, queued work still runs and exit
+    waits for it; except when the program ends on an unhandled Ctrl-C
+    (KeyboardInterrupt): then work not started is cancelled and running tasks are
+    interrupted, so that the process ends promptly."""
+    global _exiting
+    _exiting = True
+    interrupted = isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt)
+    pools = [p for p in list(LIVE_POOLS) if isinstance(p, Stopper)]
+    for pool in pools:
+        pool.shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
+    # A retired worker still runs inside its interpreter (a call stuck in C, or
+    # threads a task left), and CPython cannot finalize while one does: exit
+    # waits for those, as it would for a worker process.
+    for pool in pools:
+        if not pool.forked:
+            pool.join(include_retired=True)
+
+
+_compat.register_atexit(_python_exit)
+
+
+#: How long os.fork() waits for running tasks to finish before forking anyway.
+FORK_PARK_TIMEOUT = 30.0
+
+
+def _before_fork() -> None:
+    for pool in list(LIVE_POOLS):
+        if isinstance(pool, Stopper) and not pool.park(FORK_PARK_TIMEOUT):
+            print(
+                "interpexec: os.fork() while tasks still run in subinterpreters after "
+                f"{FORK_PARK_TIMEOUT:.0f} s; the child may crash (a CPython limitation)",
+                file=sys.stderr,
+            )
+
+
+def _after_fork_in_parent() -> None:
+    for pool in list(LIVE_POOLS):
+        if isinstance(pool, Stopper):
+            pool.unpark()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(LIVE_POOLS):
+        if isinstance(pool, Stopper):
+            pool.forget_after_fork()
+    LIVE_POOLS.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

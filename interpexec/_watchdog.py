@@ -1,0 +1,185 @@
+"""Deadlines and interrupts inside a worker interpreter.
+
+Beside each worker's task loop runs a watchdog thread in the same interpreter.
+It blocks on the worker's command channel (and, while a task with a deadline
+runs, until that deadline).  To stop a running task it raises
+:class:`Interrupted` in the loop's thread with ``PyThreadState_SetAsyncExc``,
+which acts on the threads of the calling interpreter only: so the watchdog must
+live in the worker's own interpreter.
+
+At a deadline the watchdog fails the task's future at once (a TIMEOUT message)
+and retires its worker: the pool starts a replacement right away, and the old
+worker ends whenever the call returns, so a task stuck in C costs no capacity.
+An interrupted task that has not returned to Python ``grace`` seconds later is
+reported stuck (EV_STUCK) and its worker retired the same way.
+
+Imported inside every worker: standard library only, and little of it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import select
+import time
+from _collections import deque  # type: ignore[import-not-found,unused-ignore]
+
+from . import _compat, _shared
+from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
+from ._transport import Channel, wake_fd
+
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from typing import Any
+
+_CANCELLED_MAX = 4096
+
+
+class Interrupted(BaseException):
+    """Raised inside a running task to stop it (deadline passed or interrupt()).
+
+    A BaseException, so ``except Exception`` in user code does not swallow it;
+    ``finally`` blocks and context managers run as usual."""
+
+
+class TaskState:
+    """What the loop and the watchdog share, guarded by ``lock``."""
+
+    def __init__(self) -> None:
+        # Re-entrant, and released by owner checks: an Interrupted can surface
+        # right as the loop's acquire() returns (see finish_task).
+        self.lock = _thread.RLock()
+        self.tid = 0  # task running now (INIT_TID: the initializer), 0 for none
+        self.deadline = 0.0  # monotonic deadline of that task, 0.0 for none
+        self.timeout: float | None = None
+        self.fired = False  # an Interrupted was raised (or is pending) in the loop
+        self.fired_at = 0.0
+        self.stuck_reported = False
+        self.retired = False  # the pool replaced this worker: leave after this task
+        self.cancelled: deque[int] = deque(maxlen=_CANCELLED_MAX)
+        self.thread_id = _thread.get_ident()
+
+    def begin(self, tid: int, timeout: float | None) -> bool:
+        """Mark task ``tid`` running; False if it was interrupted while queued."""
+        with self.lock:
+            if tid in self.cancelled:
+                return False
+            self.tid = tid
+            self.fired = False
+            self.stuck_reported = False
+            self.timeout = timeout
+            self.deadline = 0.0 if timeout is None else time.monotonic() + timeout
+        return True
+
+
+def finish_task(state: TaskState) -> None:
+    """Mark the task over, so the watchdog raises nothing more, and cancel an
+    Interrupted it set but that has not surfaced yet.
+
+    The watchdog raises at most one Interrupted per task, only while holding
+    ``state.lock`` and only while ``state.tid`` is set.  That exception can
+    surface at any bytecode boundary, including the moment ``acquire()`` below
+    returns: then it propagates with the lock held, and the caller catches it and
+    calls this again, which first releases what this thread still holds.
+    """
+    lock = state.lock
+    while lock._is_owned():  # type: ignore[attr-defined]
+        lock.release()
+    lock.acquire()
+    try:
+        state.tid = 0
+        state.deadline = 0.0
+        fired = state.fired
+    finally:
+        lock.release()
+    if fired:
+        _compat.set_async_exc(state.thread_id, None)  # cancel one still pending
+    if _shared._lent:
+        _shared._lent.clear()
+
+
+class Watchdog:
+    """Enforces deadlines and interrupt requests for one worker's running task."""
+
+    def __init__(
+        self, state: TaskState, commands: Channel, results: Channel, index: int, grace: float, interrupt_wfd: int
+    ) -> None:
+        self.interrupt_wfd = interrupt_wfd
+        self.state = state
+        self.commands = commands
+        self.results = results
+        self.index = index
+        self.grace = grace
+        self.handle: Any = None
+
+    def start(self) -> None:
+        # A plain joinable thread (isolated interpreters allow no daemon threads);
+        # the threading module is not needed for it.
+        self.handle = _compat.start_thread(self._run)
+
+    def poke(self) -> None:
+        """Make the watchdog re-read the task state (a task with a deadline started)."""
+        self.commands.put((0, 0))
+
+    def stop(self) -> None:
+        self.commands.put((CMD_STOP,))
+        self.handle.join()
+
+    def _fire(self, now: float) -> None:
+        st = self.state
+        st.fired = True
+        st.fired_at = now
+        _compat.set_async_exc(st.thread_id, Interrupted)
+        if self.interrupt_wfd >= 0:
+            wake_fd(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
+
+    def _timed_out(self, st: TaskState) -> None:
+        """The running task passed its deadline: fail its future now, even if it
+        is stuck in a C call, and have the pool replace this worker at once."""
+        from ._errors import pack_exception
+
+        if st.tid == INIT_TID:
+            exc = TimeoutError(f"the initializer ran longer than the pool's task_timeout of {st.timeout} s")
+            self.results.put((-1, EVENT, self.index, EV_INIT_FAILED, pack_exception(exc)))
+            return
+        st.retired = True
+        self.results.put((st.tid, TIMEOUT, st.timeout))
+        self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
+
+    def _run(self) -> None:
+        st, commands = self.state, self.commands
+        poller = select.poll()
+        poller.register(commands.rfd, select.POLLIN)
+        while True:
+            with st.lock:
+                now = time.monotonic()
+                if st.tid and not st.fired and st.deadline:
+                    wait: float | None = max(0.0, st.deadline - now)
+                elif st.tid and st.fired and not st.stuck_reported and not st.retired:
+                    wait = max(0.0, st.fired_at + self.grace - now)
+                else:
+                    wait = None
+            if poller.poll(None if wait is None else max(1, int(wait * 1000 + 0.999))):
+                os.read(commands.rfd, 4096)
+            for cmd in commands.drain():
+                if cmd[0] == CMD_STOP:
+                    return
+                target = cmd[1]
+                if target:
+                    with st.lock:
+                        if st.tid == target:
+                            if not st.fired:
+                                self._fire(time.monotonic())
+                        elif target != INIT_TID:
+                            st.cancelled.append(target)
+            with st.lock:
+                now = time.monotonic()
+                if st.tid and not st.fired and st.deadline and now >= st.deadline:
+                    self._fire(now)
+                    self._timed_out(st)
+                elif (
+                    st.tid and st.fired and not st.stuck_reported and not st.retired and now >= st.fired_at + self.grace
+                ):
+                    st.stuck_reported = True
+                    st.retired = True
+                    self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
