@@ -1,4 +1,5 @@
-"""Sessions: ``nox -s tests-3.13`` (per Python), ``bench``, ``demo``, ``lint``, ``docs``.
+"""Sessions: ``nox -s tests-3.13`` (per Python), ``stress-3.13`` (the randomised stress
+test, long), ``bench``, ``demo``, ``lint``, ``docs``.
 
 Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carries
 3.14 and 3.15 on machines whose own Pythons stop at 3.13.
@@ -27,6 +28,15 @@ def tests(session: nox.Session) -> None:
     """The test suite on one Python version."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=PYTHONS)
+def stress(session: nox.Session) -> None:
+    """The seeded randomised stress test, run long (INTERPEXEC_STRESS_SECONDS,
+    default 120 here; CI runs a short one as part of the suite)."""
+    session.install("-e", ".[test]")
+    env = {"INTERPEXEC_STRESS_SECONDS": os.environ.get("INTERPEXEC_STRESS_SECONDS", "120")}
+    session.run("python", "-m", "pytest", "-s", "tests/test_stress.py", "--timeout", "900", *session.posargs, env=env)
 
 
 @nox.session(python=_available(PYTHONS) or PYTHONS[0])

@@ -7,14 +7,16 @@ own GIL on its own OS thread (PEP 684, PEP 734).
 How a call travels (modules named in brackets)::
 
     submit()/map()                          [_executor]  public API
-      -> pending deque -> dispatch          [_pool]      pool state, window, workers
       -> encode fn + args                   [_transport] shareable values as-is, else pickle 5
+      -> pending deque -> dispatch          [_dispatch]  the window of tasks in flight
       -> task Channel: queue + pipe         [_transport] over _interpqueues [_compat]
       -> serve() loop inside a worker       [_worker_main], entered once per interpreter
-                                            by a worker thread [_worker]
-      -> result Channel -> collect()        [_pool]      sets the PoolFuture [_future]
+                                            by a worker thread [_worker, _lifecycle]
+      -> result Channel -> resolver         [_resolver]  settles the PoolFuture [_future]
+    messages between interpreters           [_protocol]  named kinds, settings as data
     errors: remote traceback as __cause__   [_errors]
-    deadlines, interrupt(): a watchdog thread inside each worker interpreter [_worker_main]
+    deadlines, interrupt(): a watchdog thread inside each worker interpreter [_watchdog]
+    shutdown, terminate, exit, Ctrl-C, os.fork()                             [_stopping]
 
 See docs/architecture.md for the full diagram.
 
@@ -43,13 +45,13 @@ __all__ = [
 if TYPE_CHECKING:
     from ._errors import IncompatibleModuleError, RemoteError, RemoteTraceback
     from ._executor import InterpreterPoolExecutor
-    from ._pool import BrokenInterpreterPool
     from ._queue import Queue
     from ._reusable import get_reusable_executor
     from ._shared import Shared, share
+    from ._state import BrokenInterpreterPool
 
 _LAZY = {
-    "BrokenInterpreterPool": "._pool",
+    "BrokenInterpreterPool": "._state",
     "InterpreterPoolExecutor": "._executor",
     "Queue": "._queue",
     "IncompatibleModuleError": "._errors",

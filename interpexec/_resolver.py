@@ -33,7 +33,7 @@ from concurrent.futures import Future, _base
 from typing import Any
 
 from ._errors import unpack_exception
-from ._future import WAITABLE, PoolFuture, set_exception_if_running
+from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
 from ._protocol import (
     ERR,
@@ -142,55 +142,70 @@ class Resolver(Workers):
         """Would handling ``msg`` again do something left undone?"""
         if msg[1] == EVENT:
             return bool(msg[3] != EV_LOG)
-        return msg[0] in self.inflight
+        return msg[0] in self.inflight or msg[0] in self.unsettled
 
     def _handle(self, msg: tuple[Any, ...]) -> None:
-        """Handle one message; safe to repeat (see ``_unfinished``)."""
+        """Handle one message; safe to repeat (see ``_unfinished``).
+
+        The task leaves ``inflight`` (freeing its place in the window) before its
+        future is settled, since settling runs callbacks that may submit and wait;
+        meanwhile it is in ``unsettled``, so an exception before it is settled
+        leaves it to be handled again."""
         tid, kind = msg[0], msg[1]
         if kind == EVENT:
             self._event(msg[2], msg[3], msg[4])
             return
-        item = self.inflight.get(tid)
+        item = self.inflight.get(tid) or self.unsettled.get(tid)
         if item is None:
             return  # cancelled, timed out or interrupted earlier: a late report
         fut = item.future
-        if fut._state == _base.RUNNING:
-            self._resolve(fut, item, kind, msg)
+        outcome = self._outcome(item, kind, msg) if fut._state == _base.RUNNING else None
         with self.lock:
             if self.inflight.get(tid) is item:
                 del self.inflight[tid]
+                self.unsettled[tid] = item
                 self.completed += 1
             failed = self.dispatch_locked() if self.pending or self.shutdown_flag else []
         self.fail_items(failed)
-        if item.waiter_fd and item.waiter_thread != threading.get_ident():
-            wake_fd(item.waiter_fd - 1)
+        try:
+            if outcome is not None and fut._state == _base.RUNNING:
+                self._settle(fut, kind, outcome)
+        finally:
+            if fut._state not in WAITABLE:
+                self.unsettled.pop(tid, None)
+                if item.waiter_fd and item.waiter_thread != threading.get_ident():
+                    wake_fd(item.waiter_fd - 1)
 
-    def _resolve(self, fut: PoolFuture[Any], item: WorkItem, kind: int, msg: tuple[Any, ...]) -> None:
+    def _outcome(self, item: WorkItem, kind: int, msg: tuple[Any, ...]) -> tuple[bool, Any]:
+        """(True, value) or (False, exception) for a result message; decoding runs
+        no callback (but may run a class's ``__setstate__``)."""
         if kind == OK:
             try:
                 enc = msg[2]
                 if enc[0] == LENT:  # the task returned a view its caller lent it
-                    value = relend(item.msg[3][2][enc[1]], enc[2], enc[3])
-                elif enc[0] == SAME_ARG:  # ... or one of its (immutable) arguments
-                    value = item.args[0][enc[1]]
-                else:
-                    value = decode(enc)
+                    return True, relend(item.msg[3][2][enc[1]], enc[2], enc[3])
+                if enc[0] == SAME_ARG:  # ... or one of its (immutable) arguments
+                    return True, item.args[0][enc[1]]
+                return True, decode(enc)
             except BaseException as exc:  # unpickling failed: that future fails with it
-                set_exception_if_running(fut, exc)
+                return False, exc
+        if kind == ERR:
+            return False, unpack_exception(msg[2])
+        if kind == TIMEOUT:
+            return False, TimeoutError(f"the task ran longer than its timeout of {msg[2]} s and was stopped")
+        return False, None  # STOPPED: interrupted (or skipped) at our request
+
+    def _settle(self, fut: PoolFuture[Any], kind: int, outcome: tuple[bool, Any]) -> None:
+        ok, value = outcome
+        try:
+            if ok:
+                fut.set_result(value)
+            elif value is not None:
+                fut.set_exception(value)
             else:
-                if fut._state == _base.RUNNING:
-                    try:
-                        fut.set_result(value)
-                    except _base.InvalidStateError:
-                        pass
-        elif kind == ERR:
-            set_exception_if_running(fut, unpack_exception(msg[2]))
-        elif kind == TIMEOUT:
-            set_exception_if_running(
-                fut, TimeoutError(f"the task ran longer than its timeout of {msg[2]} s and was stopped")
-            )
-        else:  # STOPPED: interrupted (or skipped) at our request
-            fut.force_cancel()
+                fut.force_cancel()
+        except _base.InvalidStateError:
+            pass  # interrupted or cancelled meanwhile
 
     def _event(self, slot: int, event: int, data: Any) -> None:
         if event == EV_STARTED:
@@ -251,6 +266,8 @@ class Resolver(Workers):
 
         Returns the part of ``timeout`` left for the standard Condition wait that
         follows (it returns at once when ``fut`` is done)."""
+        if threading.get_ident() == self.resolver_ident:
+            return self._resolve_until(fut, timeout)
         pipe = borrow_pipe()
         rfd, wfd = pipe
         item = self.attach_waiter(fut, wfd, threading.get_ident())
@@ -277,6 +294,36 @@ class Resolver(Workers):
         finally:
             self.detach_waiter(item, wfd)
             return_pipe(pipe)
+
+    def _resolve_until(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
+        """``result()`` called in the resolver thread itself (by a done-callback):
+        nobody else would deliver, so this thread goes on resolving, nested, until
+        ``fut`` is done."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        rfd, ctl = self.results.rfd, self.ctl
+        poller = select.poll()
+        poller.register(rfd, select.POLLIN)
+        while not self.closed:
+            if self.collect() and fut._state not in WAITABLE:
+                break
+            if fut._state not in WAITABLE:
+                break
+            ctl[COLLECTOR_ASLEEP] = 1
+            try:
+                if self.collect():
+                    continue
+                if deadline is None:
+                    ready = poller.poll()
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return 0.0
+                    ready = poller.poll(max(1, int(left * 1000 + 0.999)))
+                if ready:
+                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+            finally:
+                ctl[COLLECTOR_ASLEEP] = 0
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def attach_waiter(self, fut: Future[Any], wfd: int, thread: int = 0) -> WorkItem | None:
         """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe that

@@ -28,8 +28,10 @@ def get_reusable_executor(
     The same executor comes back on every call while it is usable.  A new one
     replaces it when it was shut down or broken, when ``max_workers`` asks for a
     different size, or when other keyword arguments (``initializer``,
-    ``max_tasks_per_child``, ...) differ from the current one's; work already
-    submitted to the old one still completes.  Workers idle for longer than
+    ``max_tasks_per_child``, ...) differ from the current one's.  The one it
+    replaces is not shut down while anybody still holds it (another thread may
+    just have received it and be about to submit): it stays usable, and shuts
+    down by itself once nothing refers to it any more.  Workers idle for longer than
     ``idle_timeout`` seconds release their interpreters and come back on demand.
 
     Do not call ``shutdown()`` on it unless you mean it for the whole process:
@@ -45,8 +47,6 @@ def get_reusable_executor(
             same = config == _config and (max_workers is None or max_workers == current._max_workers)
             if usable and same:
                 return current
-            if usable:
-                current.shutdown(wait=False)
             if max_workers is None:
                 max_workers = current._max_workers
         _executor = InterpreterPoolExecutor(max_workers, **config)

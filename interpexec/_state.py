@@ -126,6 +126,7 @@ class PoolState:
         self.ready = threading.Condition(self.lock)  # worker events; waited on by join/prestart/park
         self.pending: collections.deque[WorkItem] = collections.deque()
         self.inflight: dict[int, WorkItem] = {}
+        self.unsettled: dict[int, WorkItem] = {}  # out of inflight, future not settled yet
         self.tid = itertools.count(1)
         self.workers: dict[int, Worker] = {}  # by slot; includes retired ones still running
         self.free_slots = list(range(self.layout.slots - 1, -1, -1))

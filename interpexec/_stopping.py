@@ -144,6 +144,7 @@ class Stopper(Resolver):
         self.workers.clear()
         self.pending.clear()
         self.inflight.clear()
+        self.unsettled.clear()
         self.inbox = collections.deque()
         self.closed = True
         self.parking = False
