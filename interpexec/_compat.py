@@ -30,6 +30,16 @@ import _interpreters
 import _queue
 import _thread
 import sys
+from _collections import deque  # type: ignore[import-not-found,unused-ignore]
+from _pickle import PickleBuffer, dumps, loads
+
+# Low-level names the rest of the package uses through here: the C modules behind
+# pickle, collections, queue and threading, which a worker imports without paying
+# for the pure-Python wrappers.
+QueueEmpty = _queue.Empty
+allocate_lock = _thread.allocate_lock
+RLock = _thread.RLock
+get_ident = _thread.get_ident
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -40,9 +50,17 @@ __all__ = [
     "ExecFailure",
     "InterpreterError",
     "NotShareableError",
+    "PickleBuffer",
+    "QueueEmpty",
+    "RLock",
+    "allocate_lock",
     "create_interpreter",
     "current_interpreter_id",
+    "deque",
     "destroy_interpreter",
+    "dumps",
+    "get_ident",
+    "loads",
     "main_interpreter_id",
     "queue_bind",
     "queue_count",

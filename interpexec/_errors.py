@@ -6,7 +6,8 @@ Imported inside worker interpreters, so it stays light (no concurrent.futures).
 from __future__ import annotations
 
 import sys
-from _pickle import dumps, loads
+
+from ._compat import dumps, loads
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:

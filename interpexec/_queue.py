@@ -52,15 +52,14 @@ they disappear from the queue.
 
 from __future__ import annotations
 
-import _thread
 import collections
 import os
 import select
 import time
-from _queue import Empty  # the class that queue.Empty is; importing queue costs a worker 2 ms
 from typing import Any
 
 from . import _compat
+from ._compat import QueueEmpty as Empty  # the class that queue.Empty is; importing queue costs a worker 2 ms
 from ._transport import INTERRUPT_FDS, borrow_pipe, decode, encode, return_pipe
 
 __all__ = ["INTERRUPT_FDS", "Queue"]
@@ -151,7 +150,7 @@ def _wait(fd: int, deadline: float | None) -> bool:
             return False
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    intr = INTERRUPT_FDS.get(_thread.get_ident()) if INTERRUPT_FDS else None
+    intr = INTERRUPT_FDS.get(_compat.get_ident()) if INTERRUPT_FDS else None
     if intr is not None:
         poller.register(intr, select.POLLIN)
     ready = poller.poll(ms)

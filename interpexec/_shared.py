@@ -26,7 +26,7 @@ This module is imported inside workers; it stays light.
 
 from __future__ import annotations
 
-from _pickle import PickleBuffer
+from ._compat import PickleBuffer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

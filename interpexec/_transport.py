@@ -18,9 +18,9 @@ workers, so it imports nothing heavy):
 from __future__ import annotations
 
 import os
-from _pickle import PickleBuffer, dumps, loads
 
 from . import _compat
+from ._compat import PickleBuffer, dumps, loads
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:

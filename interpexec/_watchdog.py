@@ -18,13 +18,12 @@ Imported inside every worker: standard library only, and little of it.
 
 from __future__ import annotations
 
-import _thread
 import os
 import select
 import time
-from _collections import deque  # type: ignore[import-not-found,unused-ignore]
 
 from . import _compat, _shared
+from ._compat import RLock, deque, get_ident
 from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
 from ._transport import Channel, wake_fd
 
@@ -48,7 +47,7 @@ class TaskState:
     def __init__(self) -> None:
         # Re-entrant, and released by owner checks: an Interrupted can surface
         # right as the loop's acquire() returns (see finish_task).
-        self.lock = _thread.RLock()
+        self.lock = RLock()
         self.tid = 0  # task running now (INIT_TID: the initializer), 0 for none
         self.deadline = 0.0  # monotonic deadline of that task, 0.0 for none
         self.timeout: float | None = None
@@ -57,7 +56,7 @@ class TaskState:
         self.stuck_reported = False
         self.retired = False  # the pool replaced this worker: leave after this task
         self.cancelled: deque[int] = deque(maxlen=_CANCELLED_MAX)
-        self.thread_id = _thread.get_ident()
+        self.thread_id = get_ident()
 
     def begin(self, tid: int, timeout: float | None) -> bool:
         """Mark task ``tid`` running; False if it was interrupted while queued."""

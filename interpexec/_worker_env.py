@@ -15,7 +15,6 @@ Imported inside every worker: standard library only, and little of it.
 
 from __future__ import annotations
 
-import _thread
 import os
 import sys
 
@@ -165,8 +164,8 @@ class ThreadTracker:
     timeout on it, so nothing polls."""
 
     def __init__(self) -> None:
-        self.lock = _thread.allocate_lock()
-        self.idle = _thread.allocate_lock()
+        self.lock = _compat.allocate_lock()
+        self.idle = _compat.allocate_lock()
         self.running: dict[int, str] = {}  # token -> thread name (best effort)
         self.count = 0
         self.next_token = 0

@@ -19,9 +19,9 @@ import os
 import select
 import sys
 import time
-from _pickle import loads
 
 from . import _compat, _shared
+from ._compat import loads
 from ._errors import pack_exception, pack_unreportable
 from ._protocol import (
     CALL,

@@ -99,7 +99,7 @@ class _Apply:
 
 
 def _load_apply(blob: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Apply:
-    from _pickle import loads
+    from ._compat import loads
 
     return _Apply(loads(blob), args, kwargs)
 
