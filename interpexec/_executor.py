@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -17,6 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from . import _shared
 from ._future import PoolFuture
+from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import dumps_callable
 from ._pool import BrokenInterpreterPool, Pool, exiting
 from ._protocol import CALL, CHUNK
@@ -214,13 +214,13 @@ class InterpreterPoolExecutor(Executor):
         args_iter: Iterator[Any] = zip(*iterables, strict=False)  # map stops at the shortest
         call: Callable[..., Any] = fn
         if chunksize > 1:
-            args_iter = ((chunk,) for chunk in _chunks(args_iter, chunksize))
-            call = _ChunkCall(fn)
+            args_iter = ((chunk,) for chunk in chunks(args_iter, chunksize))
+            call = ChunkCall(fn)
         if buffersize:
             fs = collections.deque(self.submit(call, *args) for args in itertools.islice(args_iter, buffersize))
         else:
             fs = collections.deque(self.submit(call, *args) for args in args_iter)
-        return _MapIterator(self, fs, args_iter, call, buffersize, end_time, interrupt_on_timeout, chunksize > 1)
+        return MapIterator(self, fs, args_iter, call, buffersize, end_time, interrupt_on_timeout, chunksize > 1)
 
     # ----------------------------------------------------- stopping and life
     def interrupt(self, future: Future[Any]) -> bool:
@@ -289,126 +289,13 @@ def _encode_call(
 ) -> tuple[Any, ...]:
     if timeout is not None:
         timeout = float(timeout)
-    if type(fn) is _ChunkCall:
+    if type(fn) is ChunkCall:
         # A chunk travels as argument columns: fn(*row) for row in zip(*columns).
         columns = tuple(zip(*args[0], strict=True))
         return (tid, CHUNK, dumps_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
     if not callable(fn):
         raise TypeError(f"{fn!r} is not callable")
     return (tid, CALL, dumps_callable(fn), encode_call_args(args, kwargs), timeout)
-
-
-class _MapIterator:
-    """The iterator ``map`` returns.  Unlike a bare generator it cancels the
-    futures not yet consumed when it is closed or garbage-collected even before
-    the first ``next()``."""
-
-    def __init__(
-        self,
-        executor: InterpreterPoolExecutor,
-        fs: collections.deque[Future[Any]],
-        args_iter: Iterator[Any],
-        call: Callable[..., Any],
-        buffersize: int | None,
-        end_time: float | None,
-        interrupt_on_timeout: bool,
-        chunked: bool,
-    ) -> None:
-        self._executor_ref = weakref.ref(executor)
-        self._fs = fs
-        self._args_iter = args_iter
-        self._call = call
-        self._buffersize = buffersize
-        self._end_time = end_time
-        self._interrupt_on_timeout = interrupt_on_timeout
-        self._chunk: Iterator[Any] | None = iter(()) if chunked else None
-        # Several threads may share one iterator: each value goes to one of them.
-        self._lock = threading.Lock()
-
-    def __iter__(self) -> _MapIterator:
-        return self
-
-    def __next__(self) -> Any:
-        with self._lock:
-            try:
-                if self._chunk is None:
-                    return self._next_result()
-                while True:
-                    for value in self._chunk:
-                        return value
-                    self._chunk = iter(self._next_result())
-            except StopIteration as exc:
-                if exc.args and exc.args[0] is _EXHAUSTED:
-                    raise StopIteration from None
-                # A task raised StopIteration: an error, not the end of the
-                # results (as the standard executors' map generators say, PEP 479).
-                raise RuntimeError("a task of map() raised StopIteration") from exc
-
-    def _next_result(self) -> Any:
-        fs = self._fs
-        if not fs:
-            raise StopIteration(_EXHAUSTED)
-        if self._buffersize and (ex := self._executor_ref()) is not None:
-            args = next(self._args_iter, None)
-            if args is not None:
-                fs.append(ex.submit(self._call, *args))
-            del ex
-        # The future stays in fs until it has a result, so close() covers it.
-        fut = fs[0]
-        try:
-            if self._end_time is None:
-                value = fut.result()
-            else:
-                value = fut.result(self._end_time - time.monotonic())
-        except TimeoutError:
-            if self._interrupt_on_timeout and (ex := self._executor_ref()) is not None:
-                for f in fs:
-                    ex.interrupt(f)
-            self.close()
-            raise
-        except KeyboardInterrupt:
-            # Ctrl-C while waiting: the rest of the results are unreachable now;
-            # stop the tasks still running rather than let them run out.
-            if (ex := self._executor_ref()) is not None:
-                for f in fs:
-                    ex.interrupt(f)
-            self.close()
-            raise
-        except BaseException:
-            self.close()
-            raise
-        fs.popleft()
-        return value
-
-    def close(self) -> None:
-        """Cancel the futures not consumed yet."""
-        fs = self._fs
-        while fs:
-            fs.pop().cancel()
-
-    def __del__(self) -> None:
-        self.close()
-
-
-_EXHAUSTED = object()
-
-
-class _ChunkCall:
-    """Marks a map chunk: the worker runs ``fn`` over every args tuple of the chunk
-    in one task (one round trip per chunk)."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, chunk: tuple[tuple[Any, ...], ...]) -> tuple[Any, ...]:
-        return tuple([self.fn(*args) for args in chunk])
-
-
-def _chunks(it: Iterator[tuple[Any, ...]], size: int) -> Iterator[tuple[tuple[Any, ...], ...]]:
-    while chunk := tuple(itertools.islice(it, size)):
-        yield chunk
 
 
 def _parent_log_level() -> int:

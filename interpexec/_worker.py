@@ -12,6 +12,7 @@ produced is taken off the result queue (queued items die with it).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -29,7 +30,7 @@ from ._protocol import (
     INTERRUPT,
     WorkerSettings,
 )
-from ._transport import Channel, ControlLayout, borrow_pipe, return_pipe
+from ._transport import Channel, ControlLayout
 
 #: The source every worker interpreter runs: constant; everything else arrives
 #: as data on the hand-off queue (its id and the parent's sys.path are bound as
@@ -74,7 +75,10 @@ class Worker:
         self.retired = False  # stuck in a task, or waiting for threads it left; replaced
         self.in_interp = False  # owns an interpreter now (parking waits for False)
         self.commands = Channel()
-        self.interrupt_pipe = borrow_pipe()
+        # Written by the watchdog inside this worker's interpreter only: closed
+        # when the thread ends, after the interpreter is gone.
+        self.interrupt_pipe = os.pipe()
+        os.set_blocking(self.interrupt_pipe[1], False)
         self.handoff = 0
         self.sys_path = sys_path
         self.control_view = control_view
@@ -106,7 +110,8 @@ class Worker:
             error = repr(exc)
         finally:
             _compat.queue_destroy(self.handoff)
-            return_pipe(self.interrupt_pipe)
+            os.close(self.interrupt_pipe[0])
+            os.close(self.interrupt_pipe[1])
             self.host.worker_exited(self, how, error)
 
     def _serve_until_stopped(self) -> tuple[str, str | None]:
