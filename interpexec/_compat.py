@@ -89,8 +89,30 @@ NotShareableError: type[Exception] = _interpreters.NotShareableError
 _UNBOUND_REMOVE: Literal[1] = 1
 
 
+# ----------------------------------------------------- CPython crash mitigations
+# Each names its upstream issue; each runs once, in the main interpreter, before
+# the first worker interpreter exists (see create_interpreter).
+_mitigated = False
+
+
+def _mitigate_crashes() -> None:
+    global _mitigated
+    if VERSION == (3, 13):
+        # gh-136421 / gh-136423 (fixed in 3.14 by gh-136583): _datetime initializes
+        # its static types in whichever interpreter imports it first, without a
+        # lock, and finalizes them again in each; several subinterpreters importing
+        # datetime at once (email.utils, tomllib, yaml, dateutil, requests, ...)
+        # corrupt the heap ("double free or corruption", SIGSEGV).  Importing it
+        # in the main interpreter first makes the main interpreter own those
+        # types, as 3.14 does at start-up.
+        import _datetime  # noqa: F401
+    _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
+
+
 def create_interpreter() -> int:
     """Create an isolated interpreter (own GIL, own obmalloc) and return its id."""
+    if not _mitigated:
+        _mitigate_crashes()
     return int(_interpreters.create())
 
 
