@@ -105,7 +105,7 @@ def _mitigate_crashes() -> None:
         # corrupt the heap ("double free or corruption", SIGSEGV).  Importing it
         # in the main interpreter first makes the main interpreter own those
         # types, as 3.14 does at start-up.
-        import _datetime  # noqa: F401
+        import _datetime  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
     _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
 
 
