@@ -1,5 +1,5 @@
 """Sessions: ``nox -s tests-3.13`` (per Python), ``stress-3.13`` (the randomised stress
-test, long), ``bench``, ``demo``, ``lint``, ``docs``.
+test, long), ``crashhunt-3.13``, ``bench``, ``demo``, ``lint``, ``docs``.
 
 Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carries
 3.14 and 3.15 on machines whose own Pythons stop at 3.13.
@@ -39,6 +39,14 @@ def stress(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-s", "tests/test_stress.py", "--timeout", "900", *session.posargs, env=env)
 
 
+@nox.session(python=PYTHONS)
+def crashhunt(session: nox.Session) -> None:
+    """Workers importing the whole standard library and the test extra at once,
+    in fresh processes (50 per worker count unless given ``-- --reps N``)."""
+    session.install("-e", ".[test]")
+    session.run("python", "scripts/crash_hunt.py", *(session.posargs or ["--reps", "50"]))
+
+
 @nox.session(python=_available(PYTHONS) or PYTHONS[0])
 def bench(session: nox.Session) -> None:
     """The comparison benchmark (table on stdout, JSON in benchmarks/results/)."""
@@ -57,7 +65,7 @@ def demo(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, mypy --strict."""
     session.install("-e", ".[test]", "ruff", "mypy")
-    paths = [p for p in ("interpexec", "tests", "benchmarks", "examples", "noxfile.py") if os.path.exists(p)]
+    paths = [p for p in ("interpexec", "tests", "benchmarks", "examples", "scripts", "noxfile.py") if os.path.exists(p)]
     session.run("ruff", "check", *paths)
     session.run("ruff", "format", "--check", *paths)
     session.run("mypy", "--strict", "interpexec")

@@ -51,3 +51,19 @@ def test_concurrent_first_import_of_datetime_does_not_crash(tmp_path, module):
         assert proc.returncode == 0 and proc.stdout.strip() == "ok 8", (
             f"run {run + 1} of {runs}: exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr[-2000:]}"
         )
+
+
+@pytest.mark.timeout(300)
+def test_crash_hunt_short():
+    """The crash hunt (scripts/crash_hunt.py), short: 2 and 4 workers importing the
+    whole standard library and the test extra at once, 3 fresh processes each.
+    ``nox -s crashhunt`` runs 50."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "crash_hunt.py"), "--reps", "3", "--workers", "2,4"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.count(", 0 crashes") == 2, proc.stdout
