@@ -53,27 +53,48 @@ class RemoteError(Exception):
 
 
 class IncompatibleModuleError(ImportError):
-    """An extension module refused to load in an isolated subinterpreter."""
+    """An extension module refused to load in an isolated subinterpreter.
 
-    def __init__(self, module: str, detail: str = "") -> None:
+    ``module`` is its fully dotted name, ``distribution`` the installed
+    distribution that ships it (or None), ``detail`` the refusal's own text; the
+    original exception is the ``__cause__`` (its own ``__cause__`` carries the
+    worker's traceback)."""
+
+    def __init__(self, module: str, detail: str = "", distribution: str | None = None) -> None:
+        if distribution is None:
+            distribution = distribution_of(module)
         version = "%d.%d" % sys.version_info[:2]
-        top = module.partition(".")[0]
-        part = f" (part of {top!r})" if top != module else ""
+        dist = f" (from the {distribution!r} distribution)" if distribution else ""
         msg = (
-            f"module {module!r}{part} cannot be imported inside an interpexec worker on "
-            f"Python {version}: it does not support isolated subinterpreters"
-            + (f" ({detail})" if detail else "")
-            + ". Remedies: run this work on a concurrent.futures.ProcessPoolExecutor, "
-            "import the module only in the parent process and pass plain data "
-            "(bytes, str, numbers, tuples) to the workers, or check which modules "
-            "load with `python -m interpexec doctor`."
+            f"module {module!r}{dist} cannot be imported in an interpexec worker on Python {version}: "
+            "it does not support isolated subinterpreters; run this work on a ProcessPoolExecutor, or import "
+            "the module in the parent only and pass plain data to the workers"
+            + (f" (check with `python -m interpexec doctor {distribution}`)" if distribution else "")
         )
         super().__init__(msg, name=module)
         self.module = module
         self.detail = detail
+        self.distribution = distribution
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.module, self.detail))
+        return (type(self), (self.module, self.detail, self.distribution or ""))
+
+
+_DISTRIBUTIONS: dict[str, list[str]] = {}
+
+
+def distribution_of(module: str) -> str | None:
+    """The installed distribution that provides top-level package of ``module``."""
+    top = module.partition(".")[0]
+    if not _DISTRIBUTIONS:
+        try:
+            import importlib.metadata
+
+            _DISTRIBUTIONS.update(importlib.metadata.packages_distributions())
+        except Exception:  # broken metadata: no distribution name, nothing worse
+            _DISTRIBUTIONS["\0"] = []
+    dists = _DISTRIBUTIONS.get(top)
+    return dists[0] if dists else None
 
 
 # How extension modules refuse isolated interpreters (compiled on first use).
@@ -98,9 +119,11 @@ def _patterns() -> list[Pattern[str]]:
 
 
 def as_incompatible_module_error(exc: BaseException) -> IncompatibleModuleError | None:
-    """Recognize a refusal to load in a subinterpreter anywhere in exc's chain."""
+    """Recognize a refusal to load in a subinterpreter anywhere in exc's chain
+    (the innermost refusal names the module)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
+    found: tuple[BaseException, str] | None = None
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         if isinstance(cur, IncompatibleModuleError):
@@ -110,15 +133,45 @@ def as_incompatible_module_error(exc: BaseException) -> IncompatibleModuleError 
             for pattern in _patterns():
                 m = pattern.search(text)
                 if m:
-                    mod = m.groupdict().get("mod") or cur.name or _module_from_traceback(cur)
-                    return IncompatibleModuleError(mod or "<unknown>", text)
+                    found = (cur, m.groupdict().get("mod") or cur.name or "")
+                    break
         cur = cur.__cause__ or cur.__context__
-    return None
+    if found is None:
+        return None
+    refusal, short = found
+    name = _full_module_name(refusal, short) or short or "<unknown>"
+    detail = str(refusal).strip().splitlines()[-1] if str(refusal).strip() else ""
+    return IncompatibleModuleError(name, detail)
 
 
-def _module_from_traceback(exc: BaseException) -> str | None:
-    name = getattr(exc, "name", None)
-    return str(name) if name else None
+def _full_module_name(exc: BaseException, short: str) -> str | None:
+    """The fully dotted name of the module being imported when ``exc`` was raised.
+
+    CPython's message names a submodule by its last component alone when its
+    package imports it relatively for the first time (``from ._version import
+    ...`` gives ``_version``); importlib removes its own frames from the
+    traceback, so the name is rebuilt from the innermost frame whose package
+    holds an extension module of that name."""
+    if not short or "." in short:
+        return short or None
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    import importlib.machinery
+    import os
+
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    for frame in reversed(frames):
+        # (the package itself may be gone from sys.modules: its import failed)
+        package, path = frame.f_globals.get("__package__"), frame.f_globals.get("__file__")
+        if not package or not isinstance(path, str):
+            continue
+        directory = os.path.dirname(path)
+        if any(os.path.exists(os.path.join(directory, short + suffix)) for suffix in suffixes):
+            return f"{package}.{short}"
+    return short
 
 
 # (pickled exception or None, type name, message, traceback text, packed cause or None)
@@ -136,8 +189,9 @@ def pack_exception(exc: BaseException) -> Packed:
     except BaseException:  # e.g. a __str__ raising SystemExit: send the rest
         tb_text = "<the traceback could not be formatted>\n"
     incompatible = as_incompatible_module_error(exc)
-    if incompatible is not None:
-        return _pack_one(incompatible, tb_text, None)
+    if incompatible is not None and incompatible is not exc:
+        # The original exception comes along as the cause (see unpack_exception).
+        return _pack_one(incompatible, tb_text, _pack_one(exc, "", _pack_chain(exc, 0)))
     return _pack_one(exc, tb_text, _pack_chain(exc, 0))
 
 
@@ -185,6 +239,15 @@ def unpack_exception(packed: Packed) -> BaseException:
     cause, if any, hangs off that RemoteTraceback's own ``__cause__``."""
     exc = _unpack_one(packed)
     remote = RemoteTraceback('\n"""\n%s"""' % packed[3])
+    if isinstance(exc, IncompatibleModuleError) and packed[4] is not None:
+        # The refusal's own exception (a third party's text, NumPy's advice) is
+        # the cause, not part of the message; the worker's traceback is its cause.
+        original = _unpack_one(packed[4])
+        if packed[4][4] is not None:
+            remote.__cause__ = _unpack_chain(packed[4][4])
+        original.__cause__ = remote
+        exc.__cause__ = original
+        return exc
     if packed[4] is not None:
         remote.__cause__ = _unpack_chain(packed[4])
     exc.__cause__ = remote
