@@ -137,3 +137,10 @@ def sys_path_and_cwd():
 
 def block_on_queue(q):
     return q.get()  # no timeout: only an interrupt can end it
+
+
+def import_module(name):
+    import importlib
+
+    importlib.import_module(name)
+    return name

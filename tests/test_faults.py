@@ -426,3 +426,33 @@ def test_fork_with_a_live_pool(tmp_path):
     assert "child 3" in lines
     assert "child status 0" in lines
     assert lines[0] == "parent 1" and lines[-1] == "parent 4"
+
+
+@pytest.mark.timeout(60)
+def test_incompatible_submodule_has_one_name_whether_or_not_the_parent_imported_it(tmp_path, make_pool):
+    """A package importing its single-phase extension relatively: the error names
+    it fully ('pkg._testsinglephase'), before and after the parent imported it."""
+    import importlib.machinery
+    import importlib.util
+
+    origin = importlib.util.find_spec("_testsinglephase").origin
+    pkg = tmp_path / "ie_singlephase_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from . import _testsinglephase\n")
+    os.symlink(origin, pkg / ("_testsinglephase" + importlib.machinery.EXTENSION_SUFFIXES[0]))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        names = []
+        for parent_first in (False, True):
+            if parent_first:
+                importlib.import_module("ie_singlephase_pkg")
+            ex = make_pool(1)
+            with pytest.raises(IncompatibleModuleError) as info:
+                ex.submit(fh.import_module, "ie_singlephase_pkg").result(timeout=30)
+            names.append(info.value.module)
+            assert "\n" not in str(info.value)
+        assert names == ["ie_singlephase_pkg._testsinglephase"] * 2
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("ie_singlephase_pkg", None)
+        sys.modules.pop("ie_singlephase_pkg._testsinglephase", None)
