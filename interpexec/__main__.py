@@ -24,13 +24,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=_positive, help="workers per pool (default: CPUs available)")
     demo.add_argument("--records", type=_positive, default=20000, help="records per task (default: 20000)")
 
-    doctor = sub.add_parser("doctor", help="check which modules import inside a worker interpreter")
+    doctor = sub.add_parser(
+        "doctor",
+        help="check whether installed packages work inside a worker interpreter",
+        description="For each distribution: its modules and every compiled extension it ships, probed in a fresh "
+        "worker interpreter; states: works, degraded (an accelerator did not load), refuses (a module refuses "
+        "subinterpreters), crash, error, not found.",
+    )
     doctor.add_argument(
         "modules",
         nargs="*",
-        metavar="MODULE",
-        help="modules to check (default: every top-level module of the installed distributions)",
+        metavar="NAME",
+        help="distributions or modules to check (default: every installed distribution)",
     )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
 
     sub.add_parser("info", help="Python build, subinterpreter support, CPUs and default worker count")
 
@@ -81,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         from ._doctor import run_doctor
 
-        return run_doctor(args.modules)
+        return run_doctor(args.modules, as_json=args.json)
     if args.command == "info":
         return info()
     if args.command == "bench":

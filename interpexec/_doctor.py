@@ -1,82 +1,234 @@
-"""``python -m interpexec doctor``: which modules import inside a worker."""
+"""``python -m interpexec doctor``: will each installed package work in a worker?
+
+For each distribution (or module named on the command line) it probes the
+top-level modules and every compiled extension module the distribution ships,
+each distribution in a fresh worker interpreter, and compares with what a normal
+import loads in a main interpreter.  States:
+
+* ``works``: everything imports in a worker;
+* ``degraded``: the package imports, but an optional accelerator (an extension
+  module a normal import loads) refused or failed to load and the package fell
+  back: it works, slower or with less (named in the report);
+* ``refuses``: a module of the package refuses isolated subinterpreters (the
+  fully dotted name is given): code that needs it fails with
+  ``IncompatibleModuleError``;
+* ``crash``: probing it crashed the interpreter (and the whole process: the
+  probes run in a child process, which is restarted for the rest);
+* ``error``: the import failed otherwise (see detail), ``not found``: no such
+  distribution or module.
+"""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata
 import importlib.util
+import json
+import os
+import subprocess
 import sys
-from typing import NamedTuple, TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
-__all__ = ["Check", "check_modules", "default_modules", "try_import"]
+__all__ = ["Target", "diagnose", "run_doctor", "targets_for"]
 
-
-class Check(NamedTuple):
-    module: str
-    status: str  # "ok", "incompatible", "not found", "error"
-    detail: str
+STATES = ("works", "degraded", "refuses", "crash", "error", "not found")
 
 
-def try_import(name: str) -> str:
-    """Run inside a worker: import ``name`` there."""
-    importlib.import_module(name)
-    return name
+class Target:
+    """One thing to probe: a distribution, or a bare module."""
+
+    def __init__(self, key: str, version: str, tops: list[str], extensions: list[str]) -> None:
+        self.key = key
+        self.version = version
+        self.tops = tops
+        self.extensions = extensions
+
+    def wire(self) -> str:
+        return json.dumps({"key": self.key, "tops": self.tops, "extensions": self.extensions})
 
 
-def default_modules() -> list[str]:
-    """Every importable top-level module of the installed distributions."""
-    names = set()
-    for top in importlib.metadata.packages_distributions():
-        if top.isidentifier() and not top.startswith("_"):
-            names.add(top)
-    return sorted(names, key=str.lower)
+def _extension_modules(dist: importlib.metadata.Distribution, tops: list[str]) -> list[str]:
+    suffixes = sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True)
+    found = set()
+    for f in dist.files or ():
+        path = str(f)
+        for suffix in suffixes:
+            if path.endswith(suffix):
+                dotted = path[: -len(suffix)].replace("/", ".").replace("\\", ".")
+                if dotted.partition(".")[0] in tops and all(p.isidentifier() for p in dotted.split(".")):
+                    found.add(dotted)
+                break
+    return sorted(found)
 
 
-def check_modules(names: list[str], timeout: float = 120.0) -> list[Check]:
-    """Import each module in a fresh worker interpreter and report the outcome."""
-    from ._errors import IncompatibleModuleError
-    from ._executor import InterpreterPoolExecutor
+def _tops(dist: importlib.metadata.Distribution, by_top: Mapping[str, list[str]]) -> list[str]:
+    name = dist.metadata["Name"] or ""
+    tops = sorted(
+        top for top, dists in by_top.items() if name in dists and top.isidentifier() and not top.startswith("_")
+    )
+    if not tops:  # only private top-level modules (a C accelerator shipped alone)
+        tops = sorted(top for top, dists in by_top.items() if name in dists and top.isidentifier())
+    return tops
 
-    checks: list[Check] = []
-    # max_tasks_per_child=1: every module is tried in a fresh interpreter, so one
-    # module's state cannot make another pass or fail.
-    with InterpreterPoolExecutor(2, max_tasks_per_child=1) as pool:
-        futures = [(name, pool.schedule(try_import, (name,), timeout=timeout)) for name in names]
-        for name, fut in futures:
-            try:
-                fut.result()
-            except IncompatibleModuleError as exc:
-                checks.append(Check(name, "incompatible", exc.detail or str(exc)))
-            except ModuleNotFoundError as exc:
-                checks.append(Check(name, "not found", str(exc)))
-            except BaseException as exc:
-                checks.append(Check(name, "error", f"{type(exc).__name__}: {exc}"))
+
+def targets_for(names: list[str]) -> tuple[list[Target], list[str]]:
+    """Targets for the names given (distributions or modules), or for every
+    installed distribution; and the names that were not found."""
+    by_top = importlib.metadata.packages_distributions()
+    targets: list[Target] = []
+    missing: list[str] = []
+    if not names:
+        seen = set()
+        for dist in importlib.metadata.distributions():
+            name = dist.metadata["Name"]
+            if not name or name.lower() in seen:
+                continue
+            seen.add(name.lower())
+            tops = _tops(dist, by_top)
+            if tops:
+                targets.append(Target(name, dist.version, tops, _extension_modules(dist, tops)))
+        return sorted(targets, key=lambda t: t.key.lower()), missing
+    for name in names:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            dists = by_top.get(name)
+            if dists:
+                dist = importlib.metadata.distribution(dists[0])
             else:
-                checks.append(Check(name, "ok", ""))
-    return checks
+                try:
+                    spec = importlib.util.find_spec(name)
+                except (ImportError, ValueError):
+                    spec = None
+                if spec is None:
+                    missing.append(name)
+                else:
+                    targets.append(Target(name, "", [name], []))
+                continue
+        tops = _tops(dist, by_top) or [name]
+        targets.append(Target(name, dist.version, tops, _extension_modules(dist, tops)))
+    return targets, missing
 
 
-def run_doctor(names: list[str], out: TextIO = sys.stdout) -> int:
-    modules = names or default_modules()
-    if not modules:
-        out.write("no modules to check\n")
-        return 0
-    checks = check_modules(modules)
-    width = max(len("module"), *(len(c.module) for c in checks))
-    out.write(f"Python {sys.version.split()[0]}: can each module be imported inside an interpexec worker?\n\n")
-    out.write(f"{'module':<{width}}  {'status':<13} detail\n{'-' * width}  {'-' * 13} {'-' * 40}\n")
-    for c in checks:
-        detail = next((line.strip() for line in c.detail.splitlines() if line.strip()), "")
-        if len(detail) > 100:
-            detail = detail[:97] + "..."
-        out.write(f"{c.module:<{width}}  {c.status:<13} {detail}\n")
-    bad = [c for c in checks if c.status == "incompatible"]
-    ok = sum(1 for c in checks if c.status == "ok")
-    out.write(f"\n{ok} of {len(checks)} import in a worker")
-    if bad:
+def _run_child(mode: str, targets: list[Target]) -> tuple[dict[str, dict[str, Any]], list[str], bool]:
+    """Results by key, the keys started but without a result, and whether the
+    child died."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "interpexec._doctor_probe", mode],
+        input="".join(t.wire() + "\n" for t in targets),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+    )
+    results: dict[str, dict[str, Any]] = {}
+    started: list[str] = []
+    for line in proc.stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.pop("started", False):
+            started.append(record["key"])
+        else:
+            results[record["key"]] = record
+    return results, [k for k in started if k not in results], proc.returncode != 0
+
+
+def _probe_all(mode: str, targets: list[Target]) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Probe every target; a crash is pinned on its target by re-running the
+    unfinished ones one at a time in fresh children."""
+    results, unfinished, died = _run_child(mode, targets)
+    crashed: set[str] = set()
+    pending = [t for t in targets if t.key not in results]
+    for _ in range(len(targets) + 1):  # each round settles one target at least, or stops
+        if not pending or not (died or unfinished):
+            break
+        res, unfinished, died = _run_child("serial" if mode == "workers" else mode, pending)
+        results.update(res)
+        if not res and not unfinished:
+            break  # the child fails before probing anything: nothing more to learn
+        if died and unfinished:
+            crashed.add(unfinished[-1])  # one at a time: the last one started
+        pending = [t for t in pending if t.key not in results and t.key not in crashed]
+    return results, crashed
+
+
+def diagnose(
+    target: Target, worker: dict[str, Any] | None, parent: dict[str, Any] | None, crashed: bool
+) -> dict[str, Any]:
+    """The state of one target and what it rests on."""
+    report: dict[str, Any] = {"name": target.key, "version": target.version, "modules": [], "detail": ""}
+    if crashed:
+        return {**report, "state": "crash", "detail": "probing it crashed the interpreter (a CPython or extension bug)"}
+    if worker is None or "failed" in worker:
+        return {**report, "state": "error", "detail": (worker or {}).get("failed", "no result from the probe")}
+    tops: dict[str, list[str]] = worker["tops"]
+    refused = [o[1] for o in tops.values() if o[0] == "refuses"]
+    if refused:
+        return {**report, "state": "refuses", "modules": refused}
+    failed = {name: o for name, o in tops.items() if o[0] != "ok"}
+    if failed:
+        parent_fails = parent is not None and all(parent["tops"].get(n, ["ok"])[0] != "ok" for n in failed)
+        detail = "; ".join(o[1] for o in failed.values())
+        if parent_fails:
+            detail += " (in the parent too)"
+        state = "not found" if all(o[0] == "missing" for o in failed.values()) and parent_fails else "error"
+        return {**report, "state": state, "modules": sorted(failed), "detail": detail}
+    # The package imports.  Accelerators a normal import loads but a worker did not:
+    fallbacks = sorted(set(parent["loaded"]) - set(worker["loaded"])) if parent else []
+    if fallbacks:
+        return {
+            **report,
+            "state": "degraded",
+            "modules": fallbacks,
+            "detail": "imports, but without its compiled accelerator(s): it falls back to slower or reduced code",
+        }
+    ext_refused = sorted(name for name, o in worker["extensions"].items() if o[0] == "refuses")
+    if ext_refused:
+        return {
+            **report,
+            "state": "refuses",
+            "modules": ext_refused,
+            "detail": "the package imports, but these parts refuse isolated subinterpreters",
+        }
+    return {**report, "state": "works"}
+
+
+def run_doctor(names: list[str], out: TextIO = sys.stdout, as_json: bool = False) -> int:
+    targets, missing = targets_for(names)
+    worker_results, crashed = _probe_all("workers", targets)
+    parent_results, _ = _probe_all("parent", [t for t in targets if t.key not in crashed])
+    reports = [diagnose(t, worker_results.get(t.key), parent_results.get(t.key), t.key in crashed) for t in targets]
+    reports += [
+        {"name": n, "version": "", "state": "not found", "modules": [], "detail": "no such distribution or module"}
+        for n in missing
+    ]
+    if as_json:
+        out.write(json.dumps({"python": sys.version.split()[0], "packages": reports}, indent=2) + "\n")
+    else:
+        _table(reports, out)
+    return 1 if names and any(r["state"] not in ("works", "degraded") for r in reports) else 0
+
+
+def _table(reports: list[dict[str, Any]], out: TextIO) -> None:
+    out.write(f"Python {sys.version.split()[0]}: does each package work inside an interpexec worker?\n\n")
+    if not reports:
+        out.write("nothing to check\n")
+        return
+    width = max(len("package"), *(len(r["name"]) for r in reports))
+    out.write(f"{'package':<{width}}  {'state':<9}  modules / detail\n{'-' * width}  {'-' * 9}  {'-' * 40}\n")
+    for r in reports:
+        what = ", ".join(r["modules"])
+        if r["detail"] and r["state"] not in ("refuses", "degraded"):
+            what = (what + ": " if what else "") + r["detail"]
+        if len(what) > 110:
+            what = what[:107] + "..."
+        out.write(f"{r['name']:<{width}}  {r['state']:<9}  {what}\n")
+    counts = {s: sum(1 for r in reports if r["state"] == s) for s in STATES}
+    out.write("\n" + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + "\n")
+    if counts["refuses"] or counts["degraded"]:
         out.write(
-            f"; {len(bad)} refuse isolated subinterpreters: run work that needs them on a ProcessPoolExecutor,"
-            " or import them in the parent only and pass plain data to the workers"
+            "refuses: code that needs those modules fails in workers (IncompatibleModuleError): run it on a\n"
+            "ProcessPoolExecutor, or import it in the parent only. degraded: it works, without its accelerator.\n"
         )
-    out.write("\n")
-    # Exit status: 0 when every module named explicitly imports; listing is informational.
-    return 1 if names and any(c.status != "ok" for c in checks) else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,10 +31,10 @@ def test_info():
 @pytest.mark.timeout(120)
 def test_doctor_reports_each_module():
     proc = cli("doctor", "json", "_testsinglephase", "no_such_module_xyz")
-    assert proc.returncode == 1  # a module named on the command line did not import
+    assert proc.returncode == 1  # a name given on the command line does not work
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
-    assert " ok" in lines["json"]
-    assert "incompatible" in lines["_testsinglephase"]
+    assert " works" in lines["json"]
+    assert "refuses" in lines["_testsinglephase"]
     assert "not found" in lines["no_such_module_xyz"]
 
 
@@ -41,6 +42,74 @@ def test_doctor_reports_each_module():
 def test_doctor_ok_exit_status():
     proc = cli("doctor", "json", "re")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+CRASHY = """
+import _interpreters
+if _interpreters.get_current()[0] != _interpreters.get_main()[0]:
+    import ctypes
+    ctypes.string_at(0)  # a segfault, as a broken extension would cause
+"""
+
+
+@pytest.mark.timeout(120)
+def test_doctor_survives_a_package_that_crashes_the_interpreter(tmp_path):
+    """A probe that kills its process is reported as a crash for that package,
+    and doctor goes on with the others (its probes run in a child process)."""
+    (tmp_path / "ie_crashy.py").write_text(CRASHY)
+    env_path = str(tmp_path) + os.pathsep + ROOT
+    proc = subprocess.run(
+        [sys.executable, "-m", "interpexec", "doctor", "--json", "json", "ie_crashy", "re"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=dict(os.environ, PYTHONPATH=env_path),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    states = {p["name"]: p["state"] for p in report["packages"]}
+    assert states == {"json": "works", "ie_crashy": "crash", "re": "works"}
+
+
+@pytest.mark.timeout(120)
+def test_doctor_names_refusing_extensions_inside_a_package_and_degraded_accelerators(tmp_path):
+    """A package whose top level imports but whose compiled submodule refuses is
+    'refuses' naming the dotted submodule; one whose accelerator does not load in
+    a worker (but does in the parent) is 'degraded' naming it."""
+    import importlib.machinery
+    import importlib.util
+
+    origin = importlib.util.find_spec("_testsinglephase").origin
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    lazy = tmp_path / "ie_lazy_pkg"
+    lazy.mkdir()
+    (lazy / "__init__.py").write_text("")  # imports nothing compiled itself
+    os.symlink(origin, lazy / ("_testsinglephase" + suffix))
+    fast = tmp_path / "ie_fast_pkg"
+    fast.mkdir()
+    (fast / "__init__.py").write_text(
+        "try:\n    from ._testsinglephase import sum as total\nexcept ImportError:\n    total = None\n"
+    )
+    os.symlink(origin, fast / ("_testsinglephase" + suffix))
+    for name in ("ie_lazy_pkg", "ie_fast_pkg"):  # make them distributions, as pip would
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "top_level.txt").write_text(name + "\n")
+        (info / "RECORD").write_text(f"{name}/__init__.py,,\n{name}/_testsinglephase{suffix},,\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "interpexec", "doctor", "--json", "ie_lazy_pkg", "ie_fast_pkg"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + ROOT),
+    )
+    report = {p["name"]: p for p in json.loads(proc.stdout)["packages"]}
+    assert report["ie_lazy_pkg"]["state"] == "refuses", report
+    assert report["ie_lazy_pkg"]["modules"] == ["ie_lazy_pkg._testsinglephase"]
+    assert report["ie_fast_pkg"]["state"] == "degraded", report
+    assert report["ie_fast_pkg"]["modules"] == ["ie_fast_pkg._testsinglephase"]
+    assert proc.returncode == 1  # a named package refuses
 
 
 @pytest.mark.timeout(120)

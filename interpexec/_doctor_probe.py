@@ -1,0 +1,93 @@
+"""The child process behind ``python -m interpexec doctor``.
+
+``python -m interpexec._doctor_probe workers|parent`` reads targets (JSON, one
+per line) on stdin and writes one JSON line per target on stdout:
+
+* ``workers``: each target is probed in a fresh worker interpreter: its
+  top-level modules are imported, then each of its compiled extension modules;
+  the outcome of each import, and which extension modules were loaded.
+* ``parent``: the top-level modules are imported in this (main) interpreter, to
+  learn which extension modules a normal import loads (an accelerator that loads
+  here but not in a worker means the package runs degraded there).
+
+A crash kills only this child; the parent (``_doctor``) notices and goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Any
+
+
+def _outcome(name: str) -> list[str]:
+    """["ok"] | ["refuses", dotted module] | ["missing", text] | ["error", text]"""
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:  # a probe reports every failure, SystemExit included
+        from ._errors import as_incompatible_module_error
+
+        refusal = as_incompatible_module_error(exc)
+        if refusal is not None:
+            return ["refuses", refusal.module]
+        text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+        return ["missing" if isinstance(exc, ModuleNotFoundError) else "error", text]
+    return ["ok"]
+
+
+def probe(tops: list[str], extensions: list[str]) -> dict[str, Any]:
+    """Import ``tops``, note which of ``extensions`` that loaded, then import each
+    extension directly.  Runs in a worker (or, for the baseline, the parent)."""
+    top_outcomes = {name: _outcome(name) for name in tops}
+    loaded = sorted(name for name in extensions if name in sys.modules)
+    ext_outcomes = {name: _outcome(name) for name in extensions if name not in sys.modules}
+    return {"tops": top_outcomes, "loaded": loaded, "extensions": ext_outcomes}
+
+
+def probe_tops(tops: list[str], extensions: list[str]) -> dict[str, Any]:
+    """The baseline: import the top-level modules only, note the extensions loaded."""
+    top_outcomes = {name: _outcome(name) for name in tops}
+    return {"tops": top_outcomes, "loaded": sorted(name for name in extensions if name in sys.modules)}
+
+
+def _emit(record: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def _report(target: dict[str, Any], fut: Any) -> None:
+    try:
+        _emit({"key": target["key"], **fut.result()})
+    except BaseException as exc:  # the probe itself failed (a timeout): report it as an error
+        _emit({"key": target["key"], "failed": f"{type(exc).__name__}: {exc}"[:300]})
+
+
+def main(mode: str) -> int:
+    targets = [json.loads(line) for line in sys.stdin if line.strip()]
+    if mode == "parent":
+        for t in targets:
+            _emit({"key": t["key"], "started": True})
+            _emit({"key": t["key"], **probe_tops(t["tops"], t["extensions"])})
+        return 0
+    from ._executor import InterpreterPoolExecutor
+
+    workers = max(1, min(2, len(targets)))
+    if mode == "serial":
+        workers = 1
+    # max_tasks_per_child=1: every target in a fresh interpreter, so one package's
+    # state cannot make another pass or fail.
+    with InterpreterPoolExecutor(workers, max_tasks_per_child=1, forward_logs=False) as pool:
+        futures = []
+        for t in targets:
+            _emit({"key": t["key"], "started": True})
+            futures.append((t, pool.schedule(probe, (t["tops"], t["extensions"]), timeout=120)))
+            if mode == "serial":  # one at a time, reported at once: a crash names its target
+                _report(*futures.pop())
+        for t, fut in futures:
+            _report(t, fut)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "workers"))
