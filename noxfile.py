@@ -1,5 +1,5 @@
 """Sessions: ``nox -s tests-3.13`` (per Python), ``stress-3.13`` (the randomised stress
-test, long), ``crashhunt-3.13``, ``bench``, ``demo``, ``lint``, ``docs``.
+test, long), ``crashhunt-3.13``, ``compat-3.13``, ``bench``, ``demo``, ``lint``, ``docs``.
 
 Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carries
 3.14 and 3.15 on machines whose own Pythons stop at 3.13.
@@ -45,6 +45,16 @@ def crashhunt(session: nox.Session) -> None:
     in fresh processes (50 per worker count unless given ``-- --reps N``)."""
     session.install("-e", ".[test]")
     session.run("python", "scripts/crash_hunt.py", *(session.posargs or ["--reps", "50"]))
+
+
+@nox.session(python=PYTHONS)
+def compat(session: nox.Session) -> None:
+    """Probe popular PyPI packages in workers (docs/compatibility.md's data for this
+    Python: docs/compat/compat-X.Y.json); then ``python scripts/compat_table.py
+    render docs/compat/*.json`` writes the page."""
+    session.install("-e", ".")
+    session.run("python", "scripts/compat_table.py", "install")
+    session.run("python", "scripts/compat_table.py", "probe", f"docs/compat/compat-{session.python}.json")
 
 
 @nox.session(python=_available(PYTHONS) or PYTHONS[0])

@@ -174,7 +174,8 @@ def _full_module_name(exc: BaseException, short: str) -> str | None:
     return short
 
 
-# (pickled exception or None, type name, message, traceback text, packed cause or None)
+# (pickled exception or None, type name, message, traceback text, packed cause or
+#  None, NameError/AttributeError ``name`` or None)
 Packed = tuple["Any", ...]
 
 _MAX_CHAIN = 8
@@ -217,7 +218,9 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
         loads(blob)  # it must also come back out on the other side
     except BaseException:
         blob = None
-    return (blob, type_name, message, tb_text, chain)
+    # NameError's and AttributeError's ``name`` is not pickled: send it beside.
+    attr_name = getattr(exc, "name", None) if isinstance(exc, (NameError, AttributeError)) else None
+    return (blob, type_name, message, tb_text, chain, attr_name if isinstance(attr_name, str) else None)
 
 
 def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
@@ -229,8 +232,24 @@ def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
         name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
         why = type(failure).__qualname__
     except BaseException:  # last resort, e.g. no memory for the strings
-        return (None, "Exception", "", "", None)
-    return (None, name, f"<the exception could not be reported: {why} while packing it>", "", None)
+        return (None, "Exception", "", "", None, None)
+    return (None, name, f"<the exception could not be reported: {why} while packing it>", "", None, None)
+
+
+def explain_missing_main_global(exc: BaseException) -> None:
+    """In the parent: a task's ``NameError`` for a global that the parent's
+    ``__main__`` has (set under the ``__main__`` guard, or after the pool was
+    made) gets a note saying why workers do not have it."""
+    name = getattr(exc, "name", None)
+    main = sys.modules.get("__main__")
+    if type(exc) is not NameError or not isinstance(name, str) or main is None or name not in vars(main):
+        return
+    exc.add_note(
+        f"interpexec: {name!r} is a global of your __main__ module, but workers do not have it: they run your "
+        'script as __mp_main__, without its `if __name__ == "__main__":` block and without what the parent did '
+        f"after starting (as ProcessPoolExecutor's spawn and forkserver workers). Pass {name} as an argument, or set "
+        "it in an initializer."
+    )
 
 
 def unpack_exception(packed: Packed) -> BaseException:
@@ -273,4 +292,9 @@ def _unpack_one(packed: Packed) -> BaseException:
             exc = None
     if exc is None:
         exc = RemoteError(type_name, message, tb_text)
+    elif packed[5] is not None and isinstance(exc, (NameError, AttributeError)):
+        try:
+            exc.name = packed[5]
+        except AttributeError:  # a subclass with a read-only name: leave it
+            pass
     return exc

@@ -32,7 +32,7 @@ import traceback
 from concurrent.futures import Future, _base
 from typing import Any
 
-from ._errors import unpack_exception
+from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
 from ._protocol import (
@@ -190,7 +190,9 @@ class Resolver(Workers):
             except BaseException as exc:  # unpickling failed: that future fails with it
                 return False, exc
         if kind == ERR:
-            return False, unpack_exception(msg[2])
+            exc = unpack_exception(msg[2])
+            explain_missing_main_global(exc)
+            return False, exc
         if kind == TIMEOUT:
             return False, TimeoutError(f"the task ran longer than its timeout of {msg[2]} s and was stopped")
         return False, None  # STOPPED: interrupted (or skipped) at our request

@@ -14,5 +14,13 @@ fi
 case "$what" in
     tests) exec "$venv/bin/python" -m pytest "$@" ;;
     bench) exec "$venv/bin/python" benchmarks/bench.py "$@" ;;
+    compat)
+        # A venv of its own: the packages of the compatibility table stay out of
+        # the test venv.
+        cvenv=/opt/interpexec-compat/$ver
+        [ -x "$cvenv/bin/python" ] || "$py" -m venv "$cvenv"
+        "$cvenv/bin/pip" install -q --disable-pip-version-check -e /src
+        "$cvenv/bin/python" scripts/compat_table.py install
+        exec "$cvenv/bin/python" scripts/compat_table.py probe "docs/compat/compat-$ver.json" ;;
     *) echo "in-chroot: unknown action $what" >&2; exit 2 ;;
 esac

@@ -456,3 +456,32 @@ def test_incompatible_submodule_has_one_name_whether_or_not_the_parent_imported_
         sys.path.remove(str(tmp_path))
         sys.modules.pop("ie_singlephase_pkg", None)
         sys.modules.pop("ie_singlephase_pkg._testsinglephase", None)
+
+
+MAIN_GLOBAL_SCRIPT = """
+from interpexec import InterpreterPoolExecutor
+
+def lookup(key):
+    return TABLE[key]
+
+if __name__ == "__main__":
+    TABLE = {"a": 1}
+    with InterpreterPoolExecutor(1) as pool:
+        try:
+            pool.submit(lookup, "a").result(timeout=30)
+        except NameError as exc:
+            print("NOTE", " ".join(getattr(exc, "__notes__", [])))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_global_set_under_the_main_guard_is_named_as_the_likely_cause(tmp_path):
+    """What a fork user loses: a global set under the __main__ guard is not in
+    workers; the NameError says so and names the remedy."""
+    script = tmp_path / "main_global.py"
+    script.write_text(MAIN_GLOBAL_SCRIPT)
+    proc = run_script("", str(script))
+    assert proc.returncode == 0, proc.stderr
+    note = proc.stdout.partition("NOTE ")[2]
+    assert "'TABLE' is a global of your __main__ module" in note, proc.stdout
+    assert "initializer" in note
