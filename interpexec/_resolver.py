@@ -190,9 +190,9 @@ class Resolver(Workers):
             except BaseException as exc:  # unpickling failed: that future fails with it
                 return False, exc
         if kind == ERR:
-            exc = unpack_exception(msg[2])
-            explain_missing_main_global(exc)
-            return False, exc
+            error = unpack_exception(msg[2])
+            explain_missing_main_global(error)
+            return False, error
         if kind == TIMEOUT:
             return False, TimeoutError(f"the task ran longer than its timeout of {msg[2]} s and was stopped")
         return False, None  # STOPPED: interrupted (or skipped) at our request
