@@ -72,6 +72,13 @@ def _tops(dist: importlib.metadata.Distribution, by_top: Mapping[str, list[str]]
     return tops
 
 
+def _all_tops(dist: importlib.metadata.Distribution, by_top: Mapping[str, list[str]]) -> list[str]:
+    """Every top-level name the distribution provides, private ones included
+    (cffi's ``_cffi_backend``)."""
+    name = dist.metadata["Name"] or ""
+    return sorted(top for top, dists in by_top.items() if name in dists)
+
+
 def targets_for(names: list[str]) -> tuple[list[Target], list[str]]:
     """Targets for the names given (distributions or modules), or for every
     installed distribution; and the names that were not found."""
@@ -87,7 +94,7 @@ def targets_for(names: list[str]) -> tuple[list[Target], list[str]]:
             seen.add(name.lower())
             tops = _tops(dist, by_top)
             if tops:
-                targets.append(Target(name, dist.version, tops, _extension_modules(dist, tops)))
+                targets.append(Target(name, dist.version, tops, _extension_modules(dist, _all_tops(dist, by_top))))
         return sorted(targets, key=lambda t: t.key.lower()), missing
     for name in names:
         try:
@@ -107,7 +114,7 @@ def targets_for(names: list[str]) -> tuple[list[Target], list[str]]:
                     targets.append(Target(name, "", [name], []))
                 continue
         tops = _tops(dist, by_top) or [name]
-        targets.append(Target(name, dist.version, tops, _extension_modules(dist, tops)))
+        targets.append(Target(name, dist.version, tops, _extension_modules(dist, _all_tops(dist, by_top) + tops)))
     return targets, missing
 
 
@@ -154,6 +161,17 @@ def _probe_all(mode: str, targets: list[Target]) -> tuple[dict[str, dict[str, An
     return results, crashed
 
 
+def _probe_parents(targets: list[Target]) -> dict[str, dict[str, Any]]:
+    """The baseline of each target, each in a fresh process (two at a time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    results: dict[str, dict[str, Any]] = {}
+    with ThreadPoolExecutor(2) as pool:
+        for res, _, _ in pool.map(lambda t: _run_child("parent", [t]), targets):
+            results.update(res)
+    return results
+
+
 def diagnose(
     target: Target, worker: dict[str, Any] | None, parent: dict[str, Any] | None, crashed: bool
 ) -> dict[str, Any]:
@@ -175,8 +193,18 @@ def diagnose(
             detail += " (in the parent too)"
         state = "not found" if all(o[0] == "missing" for o in failed.values()) and parent_fails else "error"
         return {**report, "state": state, "modules": sorted(failed), "detail": detail}
-    # The package imports.  Accelerators a normal import loads but a worker did not:
-    fallbacks = sorted(set(parent["loaded"]) - set(worker["loaded"])) if parent else []
+    # The package imports.  What a normal import loads but the worker did not: a
+    # compiled accelerator (its own, or a dependency's), or a whole optional
+    # dependency that failed to import (requests without charset_normalizer):
+    fallbacks: list[str] = []
+    if parent:
+        fallbacks = sorted(
+            name
+            for name in set(parent["loaded"]) - set(worker["loaded"])
+            if name.partition(".")[0] in worker["packages"]
+        )
+        tops_done = {n.partition(".")[0] for n in fallbacks}
+        fallbacks += sorted(set(parent["packages"]) - set(worker["packages"]) - tops_done)
     if fallbacks:
         return {
             **report,
@@ -198,7 +226,7 @@ def diagnose(
 def run_doctor(names: list[str], out: TextIO = sys.stdout, as_json: bool = False) -> int:
     targets, missing = targets_for(names)
     worker_results, crashed = _probe_all("workers", targets)
-    parent_results, _ = _probe_all("parent", [t for t in targets if t.key not in crashed])
+    parent_results = _probe_parents([t for t in targets if t.key not in crashed])
     reports = [diagnose(t, worker_results.get(t.key), parent_results.get(t.key), t.key in crashed) for t in targets]
     reports += [
         {"name": n, "version": "", "state": "not found", "modules": [], "detail": "no such distribution or module"}

@@ -7,8 +7,10 @@ per line) on stdin and writes one JSON line per target on stdout:
   top-level modules are imported, then each of its compiled extension modules;
   the outcome of each import, and which extension modules were loaded.
 * ``parent``: the top-level modules are imported in this (main) interpreter, to
-  learn which extension modules a normal import loads (an accelerator that loads
-  here but not in a worker means the package runs degraded there).
+  learn which extension modules and packages a normal import loads (an
+  accelerator or a dependency that loads here but not in a worker means the
+  package runs degraded there).  One target per process, so each is measured
+  from the same start.
 
 A crash kills only this child; the parent (``_doctor``) notices and goes on.
 """
@@ -36,19 +38,48 @@ def _outcome(name: str) -> list[str]:
     return ["ok"]
 
 
+def _loaded_extensions() -> list[str]:
+    """Every compiled extension module now imported (by file, not built in)."""
+    import importlib.machinery
+
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    out = []
+    for name, module in list(sys.modules.items()):
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        # (aliases, such as requests.packages.*, are not counted twice)
+        if isinstance(origin, str) and origin.endswith(suffixes) and getattr(module, "__name__", None) == name:
+            out.append(name)
+    return sorted(out)
+
+
 def probe(tops: list[str], extensions: list[str]) -> dict[str, Any]:
-    """Import ``tops``, note which of ``extensions`` that loaded, then import each
-    extension directly.  Runs in a worker (or, for the baseline, the parent)."""
+    """Import ``tops`` and note every extension module and package that loaded,
+    then import each of ``extensions`` not loaded yet.  Runs in a fresh worker."""
     top_outcomes = {name: _outcome(name) for name in tops}
-    loaded = sorted(name for name in extensions if name in sys.modules)
+    loaded = _loaded_extensions()
+    packages = sorted({name.partition(".")[0] for name in sys.modules})
     ext_outcomes = {name: _outcome(name) for name in extensions if name not in sys.modules}
-    return {"tops": top_outcomes, "loaded": loaded, "extensions": ext_outcomes}
+    return {"tops": top_outcomes, "loaded": loaded, "packages": packages, "extensions": ext_outcomes}
 
 
 def probe_tops(tops: list[str], extensions: list[str]) -> dict[str, Any]:
-    """The baseline: import the top-level modules only, note the extensions loaded."""
+    """The baseline, in a fresh process's main interpreter: import the top-level
+    modules; the extension modules and packages that this import loaded."""
+    before_ext = set(_loaded_extensions())
+    before = {name.partition(".")[0] for name in sys.modules}
     top_outcomes = {name: _outcome(name) for name in tops}
-    return {"tops": top_outcomes, "loaded": sorted(name for name in extensions if name in sys.modules)}
+    # Packages that are real modules (Cython's cython_runtime and _cython_3_x
+    # have no spec) and public ones: what a dependency looks like.
+    after = {
+        name.partition(".")[0]
+        for name, module in list(sys.modules.items())
+        if not name.startswith("_") and getattr(module, "__spec__", None) is not None
+    }
+    return {
+        "tops": top_outcomes,
+        "loaded": sorted(set(_loaded_extensions()) - before_ext),
+        "packages": sorted(after - before),
+    }
 
 
 def _emit(record: dict[str, Any]) -> None:
