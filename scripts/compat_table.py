@@ -175,7 +175,8 @@ def _cell(row: dict[str, Any] | None) -> str:
     state = row["state"]
     text = f"**{state}**" if state in ("refuses", "crash") else state
     if row["modules"] and state in ("refuses", "degraded"):
-        text += " (" + ", ".join(f"`{m}`" for m in row["modules"][:2]) + ")"
+        shown = ", ".join(f"`{m}`" for m in row["modules"][:3])
+        text += f" ({shown}{', ...' if len(row['modules']) > 3 else ''})"
     verdict = row["call"].get("verdict", "")
     if verdict == "same":
         text += "; call: same result"
