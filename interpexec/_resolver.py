@@ -32,6 +32,7 @@ import traceback
 from concurrent.futures import Future, _base
 from typing import Any
 
+from ._compat import queue_count, queue_get
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -52,6 +53,7 @@ from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
     LENT,
+    NATIVE,
     NSLOTS,
     SAME_ARG,
     borrow_pipe,
@@ -78,12 +80,12 @@ class Resolver(Workers):
         Out-of-band buffers of results are views over a worker's memory: they are
         copied out here, before that worker can destroy its interpreter (worker
         threads call this before they do)."""
+        if self.closed or not queue_count(self.results.qid):
+            return False  # (the common case, without the lock)
         with self.collect_lock:
             if self.closed:
                 return False
             qid, inbox = self.results.qid, self.inbox
-            from ._compat import queue_count, queue_get
-
             took = False
             while n := queue_count(qid):
                 took = True
@@ -112,6 +114,8 @@ class Resolver(Workers):
 
     def _deliver(self) -> bool:
         inbox = self.inbox
+        if not inbox:
+            return False
         in_resolver = threading.get_ident() == self.resolver_ident
         deferred: BaseException | None = None
         retried: set[int] = set()
@@ -155,21 +159,34 @@ class Resolver(Workers):
         if kind == EVENT:
             self._event(msg[2], msg[3], msg[4])
             return
-        item = self.inflight.get(tid) or self.unsettled.get(tid)
+        inflight = self.inflight
+        item = inflight.get(tid) or self.unsettled.get(tid)
         if item is None:
             return  # cancelled, timed out or interrupted earlier: a late report
         fut = item.future
-        outcome = self._outcome(item, kind, msg) if fut._state == _base.RUNNING else None
+        if fut._state != _base.RUNNING:
+            outcome = None
+        elif kind == OK and msg[2][0] == NATIVE:
+            outcome = (True, msg[2][1])  # (the common case, inline)
+        else:
+            outcome = self._outcome(item, kind, msg)
         with self.lock:
-            if self.inflight.get(tid) is item:
-                del self.inflight[tid]
+            if inflight.get(tid) is item:
+                del inflight[tid]
                 self.unsettled[tid] = item
                 self.completed += 1
-            failed = self.dispatch_locked() if self.pending or self.shutdown_flag else []
-        self.fail_items(failed)
+            failed = self.dispatch_locked() if self.pending or self.shutdown_flag else None
+        if failed:
+            self.fail_items(failed)
         try:
             if outcome is not None and fut._state == _base.RUNNING:
-                self._settle(fut, kind, outcome)
+                if outcome[0]:
+                    try:
+                        fut.set_result(outcome[1])
+                    except _base.InvalidStateError:
+                        pass  # interrupted or cancelled meanwhile
+                else:
+                    self._settle(fut, kind, outcome)
         finally:
             if fut._state not in WAITABLE:
                 self.unsettled.pop(tid, None)
