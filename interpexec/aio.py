@@ -178,7 +178,7 @@ async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[...
     loop_thread = threading.get_ident()
 
     def on_done(_: Future[Any]) -> None:
-        # Runs in the thread that completed ``fut``: usually the pool's collector,
+        # Runs in the thread that completed ``fut``: usually the pool's resolver,
         # sometimes the loop's own thread (a submit that collected results).
         if threading.get_ident() == loop_thread:
             _wake_asyncio(waiter)
