@@ -18,6 +18,7 @@ Data flow of one ``submit()`` (modules in brackets)::
                the resolver thread, always; or, sooner, by the thread blocked in
                result() that the worker woke directly (a shortcut, never the only route)
 
+  result()'s shortcut, interrupt()          [_waiting]
   interrupt() / shutdown(interrupt_running=True) --> command Channel --> watchdog
   shutdown / terminate / exit / os.fork()  [_stopping]
   worker start, retire, exit, broken pool  [_lifecycle]

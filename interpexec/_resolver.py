@@ -7,7 +7,7 @@ queued and resolves the futures.  A future nobody waits for still completes, its
 callbacks run, ``running()`` polls end.
 
 **The shortcut.**  A thread blocked in ``Future.result()`` registers its own pipe
-for its task (``attach_waiter``); the worker that finishes that task writes to
+for its task (``attach_waiter``, in :mod:`interpexec._waiting`); the worker that finishes that task writes to
 that pipe instead of the resolver's, and the waiting thread collects every
 queued result itself: two thread wake-ups per round trip instead of three.  A
 waiter that stops waiting (timeout, Ctrl-C) first deregisters, then wakes the
@@ -24,12 +24,10 @@ only after everything it took off the queue has been delivered.
 from __future__ import annotations
 
 import os
-import select
 import sys
 import threading
-import time
 import traceback
-from concurrent.futures import Future, _base
+from concurrent.futures import _base
 from typing import Any
 
 from ._compat import queue_count, queue_get
@@ -54,12 +52,9 @@ from ._transport import (
     COLLECTOR_READ,
     LENT,
     NATIVE,
-    NSLOTS,
     SAME_ARG,
-    borrow_pipe,
     decode,
     materialize,
-    return_pipe,
     wake_fd,
 )
 
@@ -277,142 +272,6 @@ class Resolver(Workers):
             self.inbox.clear()  # late reports of retired workers: not wanted
             self.tasks.close()
             self.results.close()
-
-    # ------------------------------------------------------------- waiting
-    def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
-        """Block until ``fut`` is done (or ``timeout``), collecting results in this
-        thread: the worker that finishes ``fut`` writes straight to our pipe.
-
-        Returns the part of ``timeout`` left for the standard Condition wait that
-        follows (it returns at once when ``fut`` is done)."""
-        if threading.get_ident() == self.resolver_ident:
-            return self._resolve_until(fut, timeout)
-        pipe = borrow_pipe()
-        rfd, wfd = pipe
-        item = self.attach_waiter(fut, wfd, threading.get_ident())
-        if item is None:
-            return_pipe(pipe)
-            return timeout  # not dispatched yet, or another thread waits already: the
-            # resolver delivers it, and the standard Condition wait serves it
-        deadline = None if timeout is None else time.monotonic() + timeout
-        poller = select.poll()
-        poller.register(rfd, select.POLLIN)
-        try:
-            while True:
-                self.collect()
-                if fut._state not in WAITABLE:
-                    return timeout
-                if deadline is None:
-                    os.read(rfd, 64)
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return 0.0
-                    if poller.poll(max(1, int(left * 1000 + 0.999))):
-                        os.read(rfd, 64)
-        finally:
-            self.detach_waiter(item, wfd)
-            return_pipe(pipe)
-
-    def _resolve_until(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
-        """``result()`` called in the resolver thread itself (by a done-callback):
-        nobody else would deliver, so this thread goes on resolving, nested, until
-        ``fut`` is done."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        rfd, ctl = self.results.rfd, self.ctl
-        poller = select.poll()
-        poller.register(rfd, select.POLLIN)
-        while not self.closed:
-            if self.collect() and fut._state not in WAITABLE:
-                break
-            if fut._state not in WAITABLE:
-                break
-            ctl[COLLECTOR_ASLEEP] = 1
-            try:
-                if self.collect():
-                    continue
-                if deadline is None:
-                    ready = poller.poll()
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return 0.0
-                    ready = poller.poll(max(1, int(left * 1000 + 0.999)))
-                if ready:
-                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
-            finally:
-                ctl[COLLECTOR_ASLEEP] = 0
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-    def attach_waiter(self, fut: Future[Any], wfd: int, thread: int = 0) -> WorkItem | None:
-        """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe that
-        ``thread`` blocks on, or with ``thread=0`` one an event loop watches);
-        whoever else handles the result writes it instead, unless that is
-        ``thread`` itself.  The waiter then calls :meth:`collect`.  None when
-        ``fut`` is not in a worker's hands yet, or its slot is taken.  After
-        attaching, call :meth:`collect` once before waiting (the result may already
-        be queued), and :meth:`detach_waiter` with the returned item when done."""
-        if not isinstance(fut, PoolFuture) or fut._ie_pool is not self:
-            return None
-        tid = fut._ie_tid
-        slot = tid % NSLOTS
-        fds, tids = self.layout.waiter_fds + slot, self.layout.waiter_tids + slot
-        with self.lock:
-            item = self.inflight.get(tid)
-            if item is None or item.waiter_fd or self.ctl[fds]:
-                return None
-            item.waiter_thread = thread
-            item.waiter_fd = wfd + 1
-            self.ctl[tids] = tid  # (the id first: a worker checks it after the fd)
-            self.ctl[fds] = wfd + 1
-        return item
-
-    def detach_waiter(self, item: WorkItem, wfd: int) -> None:
-        slot = item.tid % NSLOTS
-        fds = self.layout.waiter_fds + slot
-        with self.lock:
-            if self.ctl[fds] == wfd + 1:
-                self.ctl[fds] = 0
-            if item.waiter_fd == wfd + 1:
-                item.waiter_fd = 0
-        # A worker may have woken only us: unless our result is in, the resolver
-        # takes over (it collects whatever is queued).
-        if item.future._state in WAITABLE:
-            self.wake_resolver()
-
-    # ------------------------------------------------------------ interrupts
-    def interrupt(self, fut: PoolFuture[Any]) -> bool:
-        """Stop the task behind ``fut`` whether pending or running; False if it
-        had already finished."""
-        if fut._state not in WAITABLE:
-            return False
-        if Future.cancel(fut):  # (the standard cancel, not PoolFuture's)
-            return True
-        self.collect()  # a result already queued wins: the task had finished
-        tid = fut._ie_tid
-        with self.lock:
-            item = self.inflight.get(tid)
-            if item is None or fut._state not in WAITABLE:
-                return False
-            for w in self.workers.values():
-                if not w.retired:
-                    w.interrupt(tid)
-        cancelled = fut.force_cancel()
-        if item.waiter_fd and item.waiter_thread != threading.get_ident():
-            wake_fd(item.waiter_fd - 1)  # the waiter wakes now, not when the call returns
-        return cancelled
-
-    def interrupt_running(self) -> None:
-        """Interrupt every task in the workers' hands, and initializers running."""
-        from ._protocol import INIT_TID
-
-        with self.lock:
-            futures = [item.future for item in self.inflight.values()]
-            for w in self.workers.values():
-                if not w.retired and w.slot not in self.ready_slots:
-                    w.interrupt(INIT_TID)
-        for fut in futures:
-            self.interrupt(fut)
 
 
 def _report(what: str, exc: BaseException) -> None:

@@ -7,6 +7,7 @@ module, stacked in this order (each imports only the one below it)::
     Dispatcher   [_dispatch]   pending deque -> task channel, the window
     Workers      [_lifecycle]  worker threads: start, retire, exit, broken pool
     Resolver     [_resolver]   result channel -> futures: the one resolver
+    Waiting      [_waiting]    result()'s shortcut, interrupt()
     Stopper      [_stopping]   shutdown, terminate, exit, os.fork()
     Pool         [_pool]       stats(); what the executor holds
 

@@ -24,12 +24,12 @@ from typing import Any
 from . import _compat
 from ._future import PoolFuture
 from ._protocol import STOP
-from ._resolver import Resolver
 from ._state import LIVE_POOLS
 from ._transport import PARK, wake_fd
+from ._waiting import Waiting
 
 
-class Stopper(Resolver):
+class Stopper(Waiting):
     def shutdown(self, wait: bool, cancel_futures: bool, interrupt_running: bool = False) -> None:
         cancelled: list[PoolFuture[Any]] = []
         with self.lock:
