@@ -72,6 +72,7 @@ __all__ = [
     "queue_put_nowait",
     "queue_release",
     "register_atexit",
+    "release_if_owned",
     "run_string",
     "set_async_exc",
     "start_thread",
@@ -275,6 +276,16 @@ def wrap_thread_starts(wrap: Any) -> None:
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
+
+
+def release_if_owned(lock: Any) -> None:
+    """Release every level of an RLock (or a Condition over one) that the calling
+    thread still holds.  A KeyboardInterrupt can land right after ``__enter__``
+    of a ``with lock:`` returns and before the block's protection starts, so the
+    lock is never released (CPython's "with is not signal safe"); public entry
+    points call this when an exception leaves them."""
+    while lock._is_owned():
+        lock.release()
 
 
 def register_atexit(fn: Any) -> None:

@@ -11,6 +11,7 @@ after releasing the lock.
 from __future__ import annotations
 
 import os
+from concurrent.futures import _base
 from typing import Any
 
 from ._compat import queue_put
@@ -40,25 +41,49 @@ class Dispatcher(PoolState):
         if self.closed:
             return failed
         pending, inflight = self.pending, self.inflight
-        while pending and len(inflight) < self.window:
-            item = pending.popleft()
-            # (A cancelled future's callbacks already ran in cancel(): none run here.)
-            if not item.future.set_running_or_notify_cancel():
-                continue
-            inflight[item.tid] = item
-            try:
-                queue_put(self.tasks.qid, item.msg)
-            except BaseException as exc:  # e.g. an object the queue refused: fails that future only
-                del inflight[item.tid]
-                failed.append((item, exc))
-                continue
-            self._wake_a_worker()
+        item: WorkItem | None = None
+        try:
+            while pending and len(inflight) < self.window:
+                item = pending.popleft()
+                # (A cancelled future's callbacks already ran in cancel(): none run here.)
+                if not item.future.set_running_or_notify_cancel():
+                    item = None
+                    continue
+                inflight[item.tid] = item
+                try:
+                    queue_put(self.tasks.qid, item.msg)
+                except Exception as exc:  # e.g. an object the queue refused: fails that future only
+                    del inflight[item.tid]
+                    failed.append((item, exc))
+                    item = None
+                    continue
+                item = None
+                self._wake_a_worker()
+        except BaseException:
+            # A Ctrl-C landed in the caller's thread (the main one) mid-dispatch:
+            # leave the item where it belongs, so that its future still resolves.
+            if item is not None:
+                self._repair(item)
+            raise
         if self.shutdown_flag and not pending and self.stops_sent < self.active:
             for _ in range(self.active - self.stops_sent):
                 queue_put(self.tasks.qid, (0, STOP))
                 self.stops_sent += 1
                 self._wake_a_worker(force=True)
         return failed
+
+    def _repair(self, item: WorkItem) -> None:
+        """Put an item a KeyboardInterrupt caught between two steps of dispatch
+        back in a consistent place.  (Signals are handled between bytecodes after
+        calls, so an item in ``inflight`` was put on the queue.)"""
+        if item.tid in self.inflight:
+            self._wake_a_worker(force=True)
+        elif item.future._state == _base.PENDING:
+            self.pending.appendleft(item)
+        elif item.future._state == _base.RUNNING:
+            self.inflight[item.tid] = item
+            queue_put(self.tasks.qid, item.msg)
+            self._wake_a_worker(force=True)
 
     def window_full(self) -> bool:
         return len(self.inflight) >= self.window

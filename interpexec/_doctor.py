@@ -97,9 +97,12 @@ def targets_for(names: list[str]) -> tuple[list[Target], list[str]]:
                 targets.append(Target(name, dist.version, tops, _extension_modules(dist, _all_tops(dist, by_top))))
         return sorted(targets, key=lambda t: t.key.lower()), missing
     for name in names:
+        if not name.strip() or not all(part.isidentifier() for part in name.replace("-", "_").split(".")):
+            missing.append(name)  # not a distribution or module name at all
+            continue
         try:
             dist = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
+        except (importlib.metadata.PackageNotFoundError, ValueError):
             dists = by_top.get(name)
             if dists:
                 dist = importlib.metadata.distribution(dists[0])
@@ -118,28 +121,47 @@ def targets_for(names: list[str]) -> tuple[list[Target], list[str]]:
     return targets, missing
 
 
+#: Seconds one probe may take (an import that blocks is reported, not waited for).
+PROBE_TIMEOUT = 20.0
+
+
 def _run_child(mode: str, targets: list[Target]) -> tuple[dict[str, dict[str, Any]], list[str], bool]:
     """Results by key, the keys started but without a result, and whether the
-    child died."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "interpexec._doctor_probe", mode],
-        input="".join(t.wire() + "\n" for t in targets),
-        capture_output=True,
+    child died (or hung, or exited without saying it was done)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interpexec._doctor_probe", mode, str(PROBE_TIMEOUT)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
     )
+    # Probes run two at a time in workers, one at a time otherwise; each has a
+    # deadline, but a call stuck in C outlives it: the child is then killed.
+    budget = 10 + PROBE_TIMEOUT * (len(targets) if mode != "workers" else (len(targets) + 1) // 2 + 1)
+    try:
+        out, _ = proc.communicate("".join(t.wire() + "\n" for t in targets), timeout=budget)
+        hung = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        hung = True
     results: dict[str, dict[str, Any]] = {}
     started: list[str] = []
-    for line in proc.stdout.splitlines():
+    done = False
+    for line in out.splitlines():
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if record.pop("started", False):
+        if record.get("done"):
+            done = True
+        elif record.pop("started", False):
             started.append(record["key"])
         else:
             results[record["key"]] = record
-    return results, [k for k in started if k not in results], proc.returncode != 0
+    unfinished = [k for k in started if k not in results]
+    return results, unfinished, hung or proc.returncode != 0 or not done or bool(unfinished)
 
 
 def _probe_all(mode: str, targets: list[Target]) -> tuple[dict[str, dict[str, Any]], set[str]]:
@@ -178,7 +200,11 @@ def diagnose(
     """The state of one target and what it rests on."""
     report: dict[str, Any] = {"name": target.key, "version": target.version, "modules": [], "detail": ""}
     if crashed:
-        return {**report, "state": "crash", "detail": "probing it crashed the interpreter (a CPython or extension bug)"}
+        return {
+            **report,
+            "state": "crash",
+            "detail": "probing it crashed or ended the process, or hung (a CPython or extension bug, or os._exit)",
+        }
     if worker is None or "failed" in worker:
         return {**report, "state": "error", "detail": (worker or {}).get("failed", "no result from the probe")}
     tops: dict[str, list[str]] = worker["tops"]

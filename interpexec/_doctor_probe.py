@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
@@ -94,13 +95,13 @@ def _report(target: dict[str, Any], fut: Any) -> None:
         _emit({"key": target["key"], "failed": f"{type(exc).__name__}: {exc}"[:300]})
 
 
-def main(mode: str) -> int:
+def main(mode: str, timeout: float) -> int:
     targets = [json.loads(line) for line in sys.stdin if line.strip()]
     if mode == "parent":
         for t in targets:
             _emit({"key": t["key"], "started": True})
             _emit({"key": t["key"], **probe_tops(t["tops"], t["extensions"])})
-        return 0
+        _done()
     from ._executor import InterpreterPoolExecutor
 
     workers = max(1, min(2, len(targets)))
@@ -112,13 +113,21 @@ def main(mode: str) -> int:
         futures = []
         for t in targets:
             _emit({"key": t["key"], "started": True})
-            futures.append((t, pool.schedule(probe, (t["tops"], t["extensions"]), timeout=120)))
+            futures.append((t, pool.schedule(probe, (t["tops"], t["extensions"]), timeout=timeout)))
             if mode == "serial":  # one at a time, reported at once: a crash names its target
                 _report(*futures.pop())
         for t, fut in futures:
             _report(t, fut)
+        # Everything is reported: leave now, without waiting for a worker stuck in
+        # an import that blocks in C (exit would wait for it).
+        _done()
     return 0
 
 
+def _done() -> None:
+    _emit({"done": True})
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "workers"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "workers", float(sys.argv[2]) if len(sys.argv) > 2 else 60.0))

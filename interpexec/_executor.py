@@ -6,6 +6,7 @@ See :mod:`interpexec._pool` for the data flow.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import time
@@ -29,6 +30,21 @@ T = TypeVar("T")
 
 #: Seconds a stopped task gets to return to Python before its worker is retired.
 DEFAULT_INTERRUPT_GRACE = 1.0
+
+
+def _releasing_locks[F: Callable[..., Any]](method: F) -> F:
+    """An entry point that releases the pool's locks if an exception (a Ctrl-C)
+    leaves it while this thread still holds one (``with`` is not signal safe)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            self._pool.release_leaked_locks()
+            raise
+
+    return wrapper  # type: ignore[return-value]
 
 
 class InterpreterPoolExecutor(Executor):
@@ -160,30 +176,34 @@ class InterpreterPoolExecutor(Executor):
         self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> Future[T]:
         pool = self._pool
-        if pool.window_full():
-            pool.collect()  # make room here rather than wait for the resolver
-        tid = next(pool.tid)
-        fut: PoolFuture[T] = PoolFuture(pool, tid, pool.interrupt_on_cancel)
-        msg: tuple[Any, ...] | None
         try:
-            msg = _encode_call(tid, fn, args, kwargs, timeout)
-        except Exception as exc:  # (a KeyboardInterrupt propagates, as it should)
-            msg = None
-            error = exc
-        with pool.lock:
-            pool.check_usable_locked()
-            if exiting():
-                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            if pool.window_full():
+                pool.collect()  # make room here rather than wait for the resolver
+            tid = next(pool.tid)
+            fut: PoolFuture[T] = PoolFuture(pool, tid, pool.interrupt_on_cancel)
+            msg: tuple[Any, ...] | None
+            try:
+                msg = _encode_call(tid, fn, args, kwargs, timeout)
+            except Exception as exc:  # (a KeyboardInterrupt propagates, as it should)
+                msg = None
+                error = exc
+            with pool.lock:
+                pool.check_usable_locked()
+                if exiting():
+                    raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+                if msg is not None:
+                    failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
             if msg is not None:
-                failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
-        if msg is not None:
-            if failed:
-                pool.fail_items(failed)  # (outside the lock: callbacks may run)
+                if failed:
+                    pool.fail_items(failed)  # (outside the lock: callbacks may run)
+                return fut
+            # Could not be encoded: fail this future only.
+            fut.set_running_or_notify_cancel()
+            fut.set_exception(error)
             return fut
-        # Could not be encoded: fail this future only.
-        fut.set_running_or_notify_cancel()
-        fut.set_exception(error)
-        return fut
+        except BaseException:
+            pool.release_leaked_locks()  # a Ctrl-C must not leave the pool locked
+            raise
 
     # ------------------------------------------------------------------- map
     def map(
@@ -223,6 +243,7 @@ class InterpreterPoolExecutor(Executor):
         return MapIterator(self, fs, args_iter, call, buffersize, end_time, interrupt_on_timeout, chunksize > 1)
 
     # ----------------------------------------------------- stopping and life
+    @_releasing_locks
     def interrupt(self, future: Future[Any]) -> bool:
         """Stop the task behind ``future``, even if it is already running.
 
@@ -234,16 +255,19 @@ class InterpreterPoolExecutor(Executor):
             return False
         return self._pool.interrupt(future)
 
+    @_releasing_locks
     def prestart(self, wait: bool = True) -> None:
         """Start every worker now (concurrently) instead of on the first submit;
         with ``wait``, return once all are ready to take tasks."""
         self._pool.prestart(wait)
 
+    @_releasing_locks
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False, interrupt_running: bool = False) -> None:
         """Like :meth:`concurrent.futures.Executor.shutdown`.  With
         ``interrupt_running``, tasks already running are stopped too."""
         self._pool.shutdown(wait, cancel_futures, interrupt_running)
 
+    @_releasing_locks
     def terminate_workers(self) -> None:
         """Stop now: cancel pending work, stop running tasks, end every worker.
 
@@ -253,10 +277,12 @@ class InterpreterPoolExecutor(Executor):
         """
         self._pool.terminate()
 
+    @_releasing_locks
     def kill_workers(self) -> None:
         """Same as :meth:`terminate_workers` (interpreters cannot be sent SIGKILL)."""
         self._pool.terminate()
 
+    @_releasing_locks
     def stats(self) -> dict[str, Any]:
         """A snapshot of the pool: per worker and totals."""
         return self._pool.stats()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from concurrent.futures import Future, _base
 from typing import Any, Protocol, TypeVar
 
+from ._compat import release_if_owned
+
 T = TypeVar("T")
 
 
@@ -14,6 +16,8 @@ class FutureOwner(Protocol):
     def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None: ...
 
     def interrupt(self, fut: PoolFuture[Any]) -> bool: ...
+
+    def release_leaked_locks(self) -> None: ...
 
 
 WAITABLE = (_base.PENDING, _base.RUNNING)
@@ -46,14 +50,28 @@ class PoolFuture(Future[T]):
         return False
 
     def result(self, timeout: float | None = None) -> T:
-        if self._state in WAITABLE:
-            timeout = self._ie_pool.wait_for(self, timeout)
-        return super().result(timeout)
+        try:
+            if self._state in WAITABLE:
+                timeout = self._ie_pool.wait_for(self, timeout)
+            return super().result(timeout)
+        except BaseException:
+            self._release_leaked_locks()
+            raise
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._state in WAITABLE:
-            timeout = self._ie_pool.wait_for(self, timeout)
-        return super().exception(timeout)
+        try:
+            if self._state in WAITABLE:
+                timeout = self._ie_pool.wait_for(self, timeout)
+            return super().exception(timeout)
+        except BaseException:
+            self._release_leaked_locks()
+            raise
+
+    def _release_leaked_locks(self) -> None:
+        """A Ctrl-C can leave a lock held by this thread (``with`` is not signal
+        safe); the resolver would then block on it for ever."""
+        release_if_owned(self._condition)
+        self._ie_pool.release_leaked_locks()
 
     def force_cancel(self) -> bool:
         """Cancel even a running future (its task is being stopped).  False if it

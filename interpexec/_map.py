@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from ._compat import release_if_owned
+
 
 class Submitter(Protocol):
     """What the iterator needs of its executor."""
@@ -45,12 +47,20 @@ class MapIterator:
         self._interrupt_on_timeout = interrupt_on_timeout
         self._chunk: Iterator[Any] | None = iter(()) if chunked else None
         # Several threads may share one iterator: each value goes to one of them.
-        self._lock = threading.Lock()
+        # (Re-entrant so that one a Ctrl-C leaked can be released, see __next__.)
+        self._lock = threading.RLock()
 
     def __iter__(self) -> MapIterator:
         return self
 
     def __next__(self) -> Any:
+        try:
+            return self._next_locked()
+        except BaseException:
+            release_if_owned(self._lock)  # a Ctrl-C must not leave it held
+            raise
+
+    def _next_locked(self) -> Any:
         with self._lock:
             try:
                 if self._chunk is None:

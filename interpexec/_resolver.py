@@ -46,13 +46,14 @@ from ._protocol import (
     TIMEOUT,
 )
 from ._shared import relend
-from ._state import WorkItem
+from ._state import LIVE_POOLS, WorkItem
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
     LENT,
     NATIVE,
     SAME_ARG,
+    close_free_pipes,
     decode,
     materialize,
     wake_fd,
@@ -272,6 +273,9 @@ class Resolver(Workers):
             self.inbox.clear()  # late reports of retired workers: not wanted
             self.tasks.close()
             self.results.close()
+        # No worker of any pool left: no thread can write to a waiter's pipe.
+        if not any(p is not self and p.started and not p.closed for p in list(LIVE_POOLS)):
+            close_free_pipes()
 
 
 def _report(what: str, exc: BaseException) -> None:

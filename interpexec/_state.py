@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
+from ._compat import release_if_owned
 from ._future import PoolFuture
 from ._pickling import dumps_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
@@ -123,7 +124,9 @@ class PoolState:
         self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
         self.task_written = 0
 
-        self.lock = threading.Lock()
+        # Re-entrant only so that a lock a Ctrl-C leaked can be recognized and
+        # released (release_leaked_locks); nothing takes them twice.
+        self.lock = threading.RLock()
         self.ready = threading.Condition(self.lock)  # worker events; waited on by join/prestart/park
         self.pending: collections.deque[WorkItem] = collections.deque()
         self.inflight: dict[int, WorkItem] = {}
@@ -139,7 +142,7 @@ class PoolState:
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
         self.completed = 0
-        self.collect_lock = threading.Lock()
+        self.collect_lock = threading.RLock()
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
@@ -153,6 +156,14 @@ class PoolState:
             raise self.broken_error()
         if self.shutdown_flag:
             raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def release_leaked_locks(self) -> None:
+        """Called when an exception (a Ctrl-C) leaves a public entry point: the
+        pool's locks must not stay held by this thread (see
+        ``_compat.release_if_owned``).  At that boundary the thread holds none of
+        them legitimately: user code never runs under them."""
+        release_if_owned(self.lock)
+        release_if_owned(self.collect_lock)
 
     def broken_error(self) -> BrokenInterpreterPool:
         exc = BrokenInterpreterPool(self.broken)

@@ -138,9 +138,9 @@ class Stopper(Waiting):
         """In the child of a fork: none of the worker threads and none of the
         interpreters exist here; refuse work without touching what was shared."""
         self.forked = True
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.ready = threading.Condition(self.lock)
-        self.collect_lock = threading.Lock()
+        self.collect_lock = threading.RLock()
         self.workers.clear()
         self.pending.clear()
         self.inflight.clear()

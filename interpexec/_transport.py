@@ -228,9 +228,10 @@ INTERRUPT_FDS: dict[int, int] = {}
 
 # Wake-up pipes of waiting threads (and of Queues, event loops): a worker may
 # write to a waiter's pipe just after the waiter stopped waiting, and a closed fd
-# number can be reused for an unrelated file, so these are never closed but kept
-# for the next waiter; a stale byte costs at most one spurious wake-up, which
-# every reader tolerates.  The list is as long as the most waits ever at once.
+# number can be reused for an unrelated file, so these are not closed but kept
+# for the next waiter while any pool has workers; a stale byte costs at most one
+# spurious wake-up, which every reader tolerates.  When the last pool closes, the
+# list is closed (close_free_pipes).
 # (Only the main interpreter borrows and returns.)
 _PIPES: list[tuple[int, int]] = []
 
@@ -244,6 +245,15 @@ def borrow_pipe() -> tuple[int, int]:
         r, w = os.pipe()
         os.set_blocking(w, False)
         return r, w
+
+
+def close_free_pipes() -> None:
+    """Close the pipes kept for the next waiter.  Only when no worker of any pool
+    exists any more (none can write to them then): the last pool to close calls it."""
+    while _PIPES:
+        r, w = _PIPES.pop()
+        os.close(r)
+        os.close(w)
 
 
 def return_pipe(pipe: tuple[int, int]) -> None:
@@ -344,6 +354,10 @@ class Channel:
 #                                 Future.result() for task tid, else 0
 #   [WAITER_TIDS + tid % NSLOTS]  that task's id: a worker wakes the waiter only if
 #                                 the id is its task's (written before the fd)
+#   [STOP_TIDS + tid % NSLOTS]    tid, once interrupt() was asked for task tid: a
+#                                 worker that takes it from the queue later skips
+#                                 it (checked by the worker itself, at once; its
+#                                 watchdog may not have read the command yet)
 #
 # Every entry has a single writer.  A sender puts on the queue, then reads the
 # flags and counters; it writes a wake-up byte only if somebody sleeps and no
@@ -375,6 +389,7 @@ class ControlLayout:
         "result_written",
         "size",
         "slots",
+        "stop_tids",
         "task_read",
         "tasks_done",
         "waiter_fds",
@@ -390,7 +405,8 @@ class ControlLayout:
         self.busy_ns = self.tasks_done + slots
         self.waiter_fds = self.busy_ns + slots
         self.waiter_tids = self.waiter_fds + NSLOTS
-        self.size = self.waiter_tids + NSLOTS
+        self.stop_tids = self.waiter_tids + NSLOTS
+        self.size = self.stop_tids + NSLOTS
 
 
 def wake_fd(fd: int) -> None:

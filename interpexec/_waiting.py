@@ -145,6 +145,7 @@ class Waiting(Resolver):
             item = self.inflight.get(tid)
             if item is None or fut._state not in WAITABLE:
                 return False
+            self.ctl[self.layout.stop_tids + tid % NSLOTS] = tid  # seen by the worker at once
             for w in self.workers.values():
                 if not w.retired:
                     w.interrupt(tid)

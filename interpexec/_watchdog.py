@@ -25,7 +25,7 @@ import time
 from . import _compat, _shared
 from ._compat import RLock, deque, get_ident
 from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
-from ._transport import Channel, wake_fd
+from ._transport import NSLOTS, Channel, wake_fd
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -44,7 +44,9 @@ class Interrupted(BaseException):
 class TaskState:
     """What the loop and the watchdog share, guarded by ``lock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, control: Any = None, stop_tids: int = 0) -> None:
+        self.control = control  # the control block (int64 view) and where its
+        self.stop_tids = stop_tids  # "interrupted" task ids start
         # Re-entrant, and released by owner checks: an Interrupted can surface
         # right as the loop's acquire() returns (see finish_task).
         self.lock = RLock()
@@ -63,6 +65,8 @@ class TaskState:
         with self.lock:
             if tid in self.cancelled:
                 return False
+            if self.control is not None and tid > 0 and self.control[self.stop_tids + tid % NSLOTS] == tid:
+                return False  # interrupted while queued (its command may not be read yet)
             self.tid = tid
             self.fired = False
             self.stuck_reported = False

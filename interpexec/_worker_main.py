@@ -119,7 +119,7 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     sys.setswitchinterval(0.0005)
     _shared._in_worker = True
     results = Channel.from_spec(settings.results)
-    state = TaskState()
+    state = TaskState(control.cast("q"), ControlLayout(settings.slots).stop_tids)
     watchdog = Watchdog(
         state, Channel.from_spec(settings.commands), results, settings.index, settings.grace, settings.interrupt_pipe[1]
     )

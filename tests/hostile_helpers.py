@@ -1,0 +1,204 @@
+"""Functions the hostile tests run inside worker interpreters (by reference)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+
+def identity(x):
+    return x
+
+
+def add(a, b):
+    return a + b
+
+
+def kw_echo(*args, **kwargs):
+    return args, sorted(kwargs.items())
+
+
+def sleep_then(seconds, value=None):
+    time.sleep(seconds)
+    return value
+
+
+def spin_forever():
+    while True:
+        pass
+
+
+def spin_for(seconds):
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return n
+
+
+def block_on_fd(rfd):
+    """Block (in C, releasing the GIL) until a byte arrives on rfd."""
+    return os.read(rfd, 1)
+
+
+def arrive_and_block(wfd, rfd):
+    os.write(wfd, b"x")
+    return os.read(rfd, 1)
+
+
+def interp_id(_=None):
+    import _interpreters
+
+    return _interpreters.get_current()[0]
+
+
+class Unpicklable(Exception):
+    def __init__(self, msg):
+        super().__init__(msg)
+        self.lock = threading.Lock()
+
+
+def raise_unpicklable(msg):
+    raise Unpicklable(msg)
+
+
+class BadInitError(Exception):
+    """Pickles fine; unpickling fails (two required args, one given via args)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}-{b}")
+
+
+def raise_bad_init():
+    raise BadInitError("a", "b")
+
+
+class ExplodingReduce(Exception):
+    def __reduce__(self):
+        raise RuntimeError("reduce exploded")
+
+
+def raise_exploding_reduce():
+    raise ExplodingReduce("x")
+
+
+def return_lock():
+    return threading.Lock()
+
+
+def return_generator():
+    return (i for i in range(3))
+
+
+def raise_system_exit(code):
+    sys.exit(code)
+
+
+def raise_keyboard_interrupt():
+    raise KeyboardInterrupt
+
+
+def raise_stop_iteration():
+    raise StopIteration
+
+
+def return_exception_instance():
+    return ValueError("returned, not raised")
+
+
+def big_bytes(n):
+    return b"\x01" * n
+
+
+def big_str(n):
+    return "é" * n
+
+
+def mutate_list(xs):
+    xs.append(99)
+    return xs
+
+
+def return_args(*args, **kwargs):
+    return args, kwargs
+
+
+def leave_thread(rfd):
+    """Start a non-daemon thread that blocks until a byte arrives on rfd."""
+    t = threading.Thread(target=os.read, args=(rfd, 1), name="left-behind")
+    t.start()
+    return "started"
+
+
+def fail_init():
+    raise ValueError("init failed on purpose")
+
+
+_INIT = None
+
+
+def set_init(v):
+    global _INIT
+    _INIT = v
+
+
+def get_init(_=None):
+    return _INIT
+
+
+def recursion_bomb(n=0):
+    return recursion_bomb(n + 1)
+
+
+class DeepState:
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        return isinstance(other, DeepState) and other.n == self.n
+
+
+def make_deep(n):
+    return DeepState(n)
+
+
+class SetstateFails:
+    def __init__(self):
+        self.x = 1
+
+    def __setstate__(self, state):
+        raise RuntimeError("setstate failed in the parent")
+
+
+def make_setstate_fails():
+    return SetstateFails()
+
+
+def nested_exception():
+    try:
+        raise KeyError("inner")
+    except KeyError as e:
+        raise ValueError("outer") from e
+
+
+def exception_group():
+    raise ExceptionGroup("grp", [ValueError(1), TypeError(2)])
+
+
+def getpid(_=None):
+    return os.getpid()
+
+
+def write_byte(wfd, b=b"r"):
+    os.write(wfd, b)
+    return b
+
+
+def fork_in_task():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid

@@ -1,0 +1,1394 @@
+"""Hostile tests: concurrent.futures contracts, stdlib-executor behaviour, docs."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import interpexec
+from interpexec import InterpreterPoolExecutor
+from tests import hostile_helpers as hh
+
+PY = sys.executable
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_py(code, timeout=60, env_extra=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    if env_extra:
+        env.update(env_extra)
+    return subprocess.run(
+        [PY, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env
+    )
+
+
+def _threads_with_prefix(prefix):
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def _fds():
+    return set(os.listdir("/proc/self/fd"))
+
+
+# ------------------------------------------------------------ future states
+
+
+@pytest.mark.timeout(30)
+def test_callbacks_run_exactly_once_without_waiters():
+    calls = []
+    lock = threading.Lock()
+
+    def cb(f):
+        with lock:
+            calls.append(f)
+
+    with InterpreterPoolExecutor(2) as ex:
+        fs = [ex.submit(hh.identity, i) for i in range(300)]
+        for f in fs:
+            f.add_done_callback(cb)
+        _done, not_done = cf.wait(fs, timeout=20)
+        assert not not_done
+    assert len(calls) == 300
+    assert len({id(f) for f in calls}) == 300
+
+
+@pytest.mark.timeout(30)
+def test_done_polling_ends_without_result_call():
+    with InterpreterPoolExecutor(2) as ex:
+        f = ex.submit(hh.identity, 5)
+        ev = threading.Event()
+        f.add_done_callback(lambda _: ev.set())
+        assert ev.wait(20), "future never resolved without a waiter"
+        assert f.done() and not f.running()
+        assert f.result(timeout=0) == 5
+
+
+@pytest.mark.timeout(30)
+def test_callback_added_after_done_runs_immediately_once():
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.identity, 1)
+        assert f.result(timeout=20) == 1
+        seen = []
+        f.add_done_callback(seen.append)
+        assert seen == [f]
+
+
+@pytest.mark.timeout(30)
+def test_callback_exception_does_not_stop_resolver(capsys):
+    with InterpreterPoolExecutor(2) as ex:
+
+        def bad(_):
+            raise RuntimeError("callback boom")
+
+        for _ in range(10):
+            ex.submit(hh.identity, 1).add_done_callback(bad)
+        fs = [ex.submit(hh.identity, i) for i in range(50)]
+        _done, nd = cf.wait(fs, timeout=20)
+        assert not nd
+        assert [f.result(timeout=0) for f in fs] == list(range(50))
+
+
+@pytest.mark.timeout(30)
+def test_cancel_pending_runs_callbacks_once_and_states():
+    with InterpreterPoolExecutor(1) as ex:
+        r, w = os.pipe()
+        try:
+            blocker = ex.submit(hh.block_on_fd, r)
+            # Enough to be beyond the dispatch window (max(2N, 8)).
+            later = [ex.submit(hh.identity, i) for i in range(40)]
+            last = later[-1]
+            seen = []
+            last.add_done_callback(seen.append)
+            assert last.cancel() is True
+            assert last.cancel() is True  # idempotent
+            assert last.cancelled() and last.done() and not last.running()
+            assert seen == [last]
+            with pytest.raises(cf.CancelledError):
+                last.result(timeout=1)
+            with pytest.raises(cf.CancelledError):
+                last.exception(timeout=1)
+            os.write(w, b"x")
+            assert blocker.result(timeout=20) == b"x"
+            assert [f.result(timeout=20) for f in later[:-1]] == list(range(39))
+            assert seen == [last]
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+@pytest.mark.timeout(30)
+def test_cancel_after_done_false():
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.identity, 1)
+        f.result(timeout=20)
+        assert f.cancel() is False
+        assert not f.cancelled()
+
+
+@pytest.mark.timeout(30)
+def test_result_timeout_zero_pending_raises_timeout():
+    with InterpreterPoolExecutor(1) as ex:
+        r, w = os.pipe()
+        try:
+            f = ex.submit(hh.block_on_fd, r)
+            with pytest.raises(TimeoutError):
+                f.result(timeout=0)
+            with pytest.raises(TimeoutError):
+                f.exception(timeout=0.01)
+            assert not f.done()
+            os.write(w, b"y")
+            assert f.result(timeout=20) == b"y"
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+@pytest.mark.timeout(30)
+def test_result_negative_timeout_like_stdlib():
+    with InterpreterPoolExecutor(1) as ex:
+        r, w = os.pipe()
+        try:
+            f = ex.submit(hh.block_on_fd, r)
+            with pytest.raises(TimeoutError):
+                f.result(timeout=-1)
+            os.write(w, b"y")
+            assert f.result(timeout=20) == b"y"
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+# ------------------------------------------------------------ wait / as_completed
+
+
+@pytest.mark.timeout(30)
+def test_wait_first_exception():
+    with InterpreterPoolExecutor(2) as ex:
+        r, w = os.pipe()
+        try:
+            slow = ex.submit(hh.block_on_fd, r)
+            bad = ex.submit(hh.raise_bad_init)
+            done, not_done = cf.wait([slow, bad], timeout=20, return_when=cf.FIRST_EXCEPTION)
+            assert bad in done and slow in not_done
+            os.write(w, b"z")
+            assert slow.result(timeout=20) == b"z"
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+@pytest.mark.timeout(30)
+def test_wait_first_completed_and_as_completed_timeout():
+    with InterpreterPoolExecutor(2) as ex:
+        r, w = os.pipe()
+        try:
+            slow = ex.submit(hh.block_on_fd, r)
+            fast = ex.submit(hh.identity, 3)
+            done, not_done = cf.wait([slow, fast], timeout=20, return_when=cf.FIRST_COMPLETED)
+            assert fast in done and slow in not_done
+            got = []
+            with pytest.raises(TimeoutError):
+                for f in cf.as_completed([slow, fast], timeout=0.5):
+                    got.append(f)
+            assert got == [fast]
+            os.write(w, b"z")
+            assert list(cf.as_completed([slow], timeout=20)) == [slow]
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+# ------------------------------------------------------------ exceptions & results
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_exception_fails_future():
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.raise_unpicklable, "msg")
+        exc = f.exception(timeout=20)
+        assert exc is not None
+        assert "msg" in str(exc) or "msg" in repr(exc) or "Unpicklable" in repr(exc)
+        # pool still works
+        assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(30)
+def test_exception_that_cannot_be_unpickled_in_parent():
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.raise_bad_init)
+        exc = f.exception(timeout=20)
+        assert exc is not None
+        assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(30)
+def test_exception_whose_reduce_raises():
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.raise_exploding_reduce)
+        exc = f.exception(timeout=20)
+        assert exc is not None
+        assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_results_fail_future_only():
+    with InterpreterPoolExecutor(1) as ex:
+        f1 = ex.submit(hh.return_lock)
+        f2 = ex.submit(hh.return_generator)
+        assert f1.exception(timeout=20) is not None
+        assert f2.exception(timeout=20) is not None
+        assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(30)
+def test_result_setstate_fails_in_parent():
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.make_setstate_fails)
+        exc = f.exception(timeout=20)
+        assert isinstance(exc, BaseException)
+        # And the resolver path (no waiter) too:
+        g = ex.submit(hh.make_setstate_fails)
+        _done, nd = cf.wait([g], timeout=20)
+        assert not nd and g.exception(timeout=0) is not None
+        assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(30)
+def test_system_exit_and_keyboard_interrupt_in_task_fail_only_future():
+    # ThreadPoolExecutor/ProcessPoolExecutor set BaseException on the future.
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.raise_system_exit, 3)
+        exc = f.exception(timeout=20)
+        assert isinstance(exc, SystemExit) and exc.code == 3
+        g = ex.submit(hh.raise_keyboard_interrupt)
+        exc = g.exception(timeout=20)
+        assert isinstance(exc, KeyboardInterrupt)
+        assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(30)
+def test_returned_exception_is_a_value():
+    with InterpreterPoolExecutor(1) as ex:
+        v = ex.submit(hh.return_exception_instance).result(timeout=20)
+        assert isinstance(v, ValueError)
+
+
+@pytest.mark.timeout(30)
+def test_exception_chain_and_group():
+    with InterpreterPoolExecutor(1) as ex:
+        e = ex.submit(hh.nested_exception).exception(timeout=20)
+        assert isinstance(e, ValueError)
+        g = ex.submit(hh.exception_group).exception(timeout=20)
+        assert isinstance(g, ExceptionGroup)
+        assert len(g.exceptions) == 2
+
+
+@pytest.mark.timeout(30)
+def test_recursion_error_in_task():
+    with InterpreterPoolExecutor(1) as ex:
+        e = ex.submit(hh.recursion_bomb).exception(timeout=20)
+        assert isinstance(e, RecursionError)
+        assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(60)
+def test_huge_results():
+    with InterpreterPoolExecutor(2) as ex:
+        n = 64 * 1024 * 1024
+        b = ex.submit(hh.big_bytes, n).result(timeout=50)
+        assert len(b) == n and b[:1] == b"\x01" and b[-1:] == b"\x01"
+        del b
+        s = ex.submit(hh.big_str, 8 * 1024 * 1024).result(timeout=50)
+        assert len(s) == 8 * 1024 * 1024 and s[-1] == "é"
+
+
+@pytest.mark.timeout(30)
+def test_returning_arguments_roundtrip():
+    with InterpreterPoolExecutor(1) as ex:
+        xs = [1, 2]
+        out = ex.submit(hh.mutate_list, xs).result(timeout=20)
+        assert out == [1, 2, 99] and xs == [1, 2]
+        ba = bytearray(b"abc")
+        assert ex.submit(hh.identity, ba).result(timeout=20) == ba
+        mv = memoryview(b"hello")
+        r = ex.submit(hh.identity, b"hello").result(timeout=20)
+        assert r == b"hello"
+        args, kwargs = ex.submit(hh.return_args, 1, None, (1, (2, "x")), fn=1, self=2).result(timeout=20)
+        assert args == (1, None, (1, (2, "x"))) and kwargs == {"fn": 1, "self": 2}
+        for v in [True, 1.0, -0.0, 2**100, 1 + 2j, float("inf"), (), "", b"", None, frozenset({1})]:
+            r = ex.submit(hh.identity, v).result(timeout=20)
+            assert type(r) is type(v) and repr(r) == repr(v)
+        del mv
+
+
+@pytest.mark.timeout(30)
+def test_lambda_and_non_callable_fail_future_not_submit():
+    with InterpreterPoolExecutor(1) as ex:
+        g = ex.submit(42)
+        assert isinstance(g.exception(timeout=20), TypeError)
+
+
+# ------------------------------------------------------------ map
+
+
+@pytest.mark.timeout(30)
+def test_map_edge_cases():
+    with InterpreterPoolExecutor(2) as ex:
+        assert list(ex.map(hh.identity, [])) == []
+        assert list(ex.map(hh.add, [1, 2, 3], [10, 20])) == [11, 22]
+        assert list(ex.map(hh.identity, range(10), chunksize=3)) == list(range(10))
+        assert list(ex.map(hh.identity, range(10), chunksize=100)) == list(range(10))
+        assert list(ex.map(hh.identity, range(10), buffersize=1)) == list(range(10))
+        assert list(ex.map(hh.identity, range(10), buffersize=2, chunksize=3)) == list(range(10))
+        assert list(ex.map(hh.add, [], [])) == []
+
+
+@pytest.mark.timeout(30)
+def test_map_generator_raising():
+    def gen():
+        yield 1
+        yield 2
+        raise ValueError("gen broke")
+
+    with InterpreterPoolExecutor(2) as ex:
+        # Without buffersize, stdlib map() consumes eagerly: it raises at call.
+        with pytest.raises(ValueError):
+            ex.map(hh.identity, gen())
+        it = ex.map(hh.identity, gen(), buffersize=1)
+        got = []
+        with pytest.raises(ValueError):
+            for v in it:
+                got.append(v)
+        assert ex.submit(hh.identity, 7).result(timeout=20) == 7
+
+
+@pytest.mark.timeout(30)
+def test_map_timeout_raises_and_cancels_rest():
+    with InterpreterPoolExecutor(1) as ex:
+        r, w = os.pipe()
+        try:
+            it = ex.map(hh.block_on_fd, [r] + [r] * 3, timeout=0.3)
+            with pytest.raises(TimeoutError):
+                next(it)
+            os.write(w, b"1234")
+            assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+@pytest.mark.timeout(30)
+def test_map_task_error_propagates_in_order():
+    with InterpreterPoolExecutor(2) as ex:
+        it = ex.map(hh.add, [1, "a", 3], [1, 1, 1])
+        assert next(it) == 2
+        with pytest.raises(TypeError):
+            next(it)
+
+
+@pytest.mark.timeout(30)
+def test_map_chunk_error():
+    with InterpreterPoolExecutor(2) as ex:
+        it = ex.map(hh.add, [1, "a", 3, 4], [1, 1, 1, 1], chunksize=2)
+        # stdlib ProcessPoolExecutor: first item of failing chunk raises.
+        with pytest.raises(TypeError):
+            list(it)
+
+
+@pytest.mark.timeout(30)
+def test_map_invalid_args_like_stdlib():
+    with InterpreterPoolExecutor(1) as ex:
+        with pytest.raises(ValueError):
+            ex.map(hh.identity, [1], chunksize=0)
+        with pytest.raises(ValueError):
+            ex.map(hh.identity, [1], buffersize=0)
+
+
+# ------------------------------------------------------------ shutdown
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_wait_false_then_gc_futures_complete():
+    ex = InterpreterPoolExecutor(2, thread_name_prefix="hostile_gc")
+    fs = [ex.submit(hh.identity, i) for i in range(100)]
+    ex.shutdown(wait=False)
+    del ex
+    gc.collect()
+    _done, nd = cf.wait(fs, timeout=20)
+    assert not nd, f"{len(nd)} futures never resolved after shutdown(wait=False)+gc"
+    assert [f.result(timeout=0) for f in fs] == list(range(100))
+
+
+@pytest.mark.timeout(30)
+def test_executor_garbage_collected_without_shutdown_completes_futures():
+    ex = InterpreterPoolExecutor(2, thread_name_prefix="hostile_gc2")
+    fs = [ex.submit(hh.identity, i) for i in range(50)]
+    del ex
+    gc.collect()
+    _done, nd = cf.wait(fs, timeout=20)
+    assert not nd, f"{len(nd)} futures never resolved after the executor was collected"
+
+
+@pytest.mark.timeout(30)
+def test_submit_after_shutdown_raises_runtimeerror():
+    ex = InterpreterPoolExecutor(1)
+    ex.shutdown()
+    with pytest.raises(RuntimeError):
+        ex.submit(hh.identity, 1)
+    with pytest.raises(RuntimeError):
+        ex.map(hh.identity, [1])
+    ex.shutdown()  # idempotent
+
+
+@pytest.mark.timeout(40)
+def test_submit_from_many_threads_during_shutdown():
+    ex = InterpreterPoolExecutor(2)
+    results = []
+    errors = []
+    start = threading.Barrier(9)
+
+    def submitter():
+        start.wait()
+        for i in range(200):
+            try:
+                results.append(ex.submit(hh.identity, i))
+            except RuntimeError:
+                errors.append(i)
+                return
+            except BaseException as e:
+                errors.append(e)
+                return
+
+    ts = [threading.Thread(target=submitter) for _ in range(8)]
+    for t in ts:
+        t.start()
+    start.wait()
+    ex.shutdown(wait=True)
+    for t in ts:
+        t.join(20)
+    assert not any(isinstance(e, BaseException) for e in errors), errors
+    # Every future that submit() returned must resolve (stdlib: shutdown(wait=True)
+    # waits for all pending futures).
+    _done, nd = cf.wait(results, timeout=20)
+    assert not nd, f"{len(nd)} of {len(results)} futures never resolved"
+    for f in results:
+        assert not f.cancelled()
+        f.result(timeout=0)
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_cancel_futures_cancels_pending_and_runs_callbacks():
+    ex = InterpreterPoolExecutor(1)
+    r, w = os.pipe()
+    try:
+        blocker = ex.submit(hh.block_on_fd, r)
+        fs = [ex.submit(hh.identity, i) for i in range(50)]
+        cbs = []
+        for f in fs:
+            f.add_done_callback(cbs.append)
+        t = threading.Thread(target=ex.shutdown, kwargs=dict(wait=True, cancel_futures=True))
+        t.start()
+        os.write(w, b"x")
+        t.join(20)
+        assert not t.is_alive()
+        assert blocker.result(timeout=1) == b"x"
+        assert all(f.done() for f in fs)
+        assert len(cbs) == 50
+        # stdlib: cancelled ones are cancelled; the rest finished normally.
+        for f in fs:
+            if not f.cancelled():
+                f.result(timeout=0)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_wait_true_waits_for_everything():
+    ex = InterpreterPoolExecutor(2)
+    fs = [ex.submit(hh.spin_for, 0.02) for _ in range(20)]
+    ex.shutdown(wait=True)
+    assert all(f.done() for f in fs)
+    assert all(not f.cancelled() for f in fs)
+
+
+@pytest.mark.timeout(30)
+def test_shutdown_from_done_callback_wait_false():
+    ex = InterpreterPoolExecutor(1)
+    f = ex.submit(hh.identity, 1)
+    f.add_done_callback(lambda _: ex.shutdown(wait=False))
+    assert f.result(timeout=20) == 1
+    g = None
+    try:
+        g = ex.submit(hh.identity, 2)
+    except RuntimeError:
+        pass
+    if g is not None:
+        assert g.result(timeout=20) == 2
+    ex.shutdown(wait=True)
+
+
+@pytest.mark.timeout(30)
+def test_callback_submits_and_waits_on_resolver_thread():
+    # A done-callback that submits follow-up work and waits for it: fine with the
+    # stdlib executors (callbacks run on a worker/management thread).
+    ex = InterpreterPoolExecutor(2)
+    out = []
+    done = threading.Event()
+
+    def cb(f):
+        try:
+            out.append(ex.submit(hh.add, f.result(), 1).result(timeout=10))
+        except BaseException as e:
+            out.append(e)
+        done.set()
+
+    try:
+        f = ex.submit(hh.identity, 1)
+        f.add_done_callback(cb)
+        assert done.wait(20)
+        assert out == [2], out
+    finally:
+        ex.shutdown(wait=True)
+
+
+# ------------------------------------------------------------ resource leaks
+
+
+@pytest.mark.timeout(30)
+def test_no_thread_or_fd_leak_after_shutdown():
+    before_fds = _fds()
+    for _ in range(3):
+        ex = InterpreterPoolExecutor(2, thread_name_prefix="hostile_leak")
+        list(ex.map(hh.identity, range(20)))
+        f = ex.submit(hh.identity, 1)
+        f.result(timeout=20)
+        ex.shutdown(wait=True)
+    assert _threads_with_prefix("hostile_leak") == []
+    leaked = _fds() - before_fds
+    assert not leaked, f"fds leaked: {leaked}"
+
+
+@pytest.mark.timeout(30)
+def test_no_thread_or_fd_leak_after_timeouts_and_interrupts():
+    before_fds = _fds()
+    ex = InterpreterPoolExecutor(2, thread_name_prefix="hostile_leak2", interrupt_grace=0.5)
+    f = ex.schedule(hh.spin_forever, timeout=0.2)
+    with pytest.raises(TimeoutError):
+        f.result(timeout=20)
+    g = ex.submit(hh.spin_forever)
+    while not g.running():
+        ex.submit(hh.identity, 0).result(timeout=20)
+    assert ex.interrupt(g)
+    assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+    ex.shutdown(wait=True)
+    assert _threads_with_prefix("hostile_leak2") == []
+    leaked = _fds() - before_fds
+    assert not leaked, f"fds leaked: {leaked}"
+
+
+# ------------------------------------------------------------ deadlines, interrupt
+
+
+@pytest.mark.timeout(30)
+def test_schedule_timeout_is_timeout_not_cancelled_and_worker_replaced():
+    with InterpreterPoolExecutor(1, interrupt_grace=0.5) as ex:
+        f = ex.schedule(hh.spin_forever, timeout=0.2)
+        exc = f.exception(timeout=20)
+        assert isinstance(exc, TimeoutError)
+        assert not f.cancelled()
+        assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+
+
+@pytest.mark.timeout(30)
+def test_schedule_timeout_on_c_call_fails_future_promptly():
+    # docs: "At a deadline it fails the future at once"
+    with InterpreterPoolExecutor(1, interrupt_grace=0.3) as ex:
+        r, w = os.pipe()
+        try:
+            f = ex.schedule(hh.block_on_fd, (r,), timeout=0.2)
+            t0 = time.monotonic()
+            exc = f.exception(timeout=20)
+            elapsed = time.monotonic() - t0
+            assert isinstance(exc, TimeoutError)
+            assert elapsed < 5, elapsed
+            # The pool keeps working though the old worker is stuck in C.
+            assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+        finally:
+            os.write(w, b"x")
+            os.close(w)
+        os.close(r)
+
+
+@pytest.mark.timeout(40)
+def test_schedule_timeout_zero_and_tiny():
+    with InterpreterPoolExecutor(1, interrupt_grace=0.3) as ex:
+        for t in (0, 1e-9, 0.001):
+            f = ex.schedule(hh.spin_forever, timeout=t)
+            assert isinstance(f.exception(timeout=20), TimeoutError)
+        # A fast task with generous timeout succeeds.
+        assert ex.schedule(hh.identity, (3,), timeout=30).result(timeout=20) == 3
+
+
+@pytest.mark.timeout(40)
+def test_interrupt_vs_completion_race_many():
+    with InterpreterPoolExecutor(2, interrupt_grace=0.5) as ex:
+        fs = [ex.submit(hh.spin_for, 0.001 * (i % 5)) for i in range(200)]
+        flags = [ex.interrupt(f) for f in fs[::3]]
+        _done, nd = cf.wait(fs, timeout=30)
+        assert not nd
+        for f, flag in zip(fs[::3], flags, strict=False):
+            if flag:
+                assert f.cancelled(), "interrupt() returned True but the future was not cancelled"
+        for f in fs:
+            if not f.cancelled():
+                assert isinstance(f.result(timeout=0), int)
+        assert ex.interrupt(fs[1]) is False or fs[1].cancelled()
+        assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+
+
+@pytest.mark.timeout(30)
+def test_interrupt_foreign_and_finished_futures():
+    with InterpreterPoolExecutor(1) as ex, InterpreterPoolExecutor(1) as other:
+        f = other.submit(hh.identity, 1)
+        assert ex.interrupt(f) is False
+        assert ex.interrupt(cf.Future()) is False
+        f.result(timeout=20)
+        assert other.interrupt(f) is False
+
+
+@pytest.mark.timeout(30)
+def test_interrupt_running_callbacks_once():
+    with InterpreterPoolExecutor(1, interrupt_grace=0.5) as ex:
+        r, w = os.pipe()
+        r2, w2 = os.pipe()
+        try:
+            f = ex.submit(hh.arrive_and_block, w, r2)
+            assert os.read(r, 1) == b"x"
+            seen = []
+            f.add_done_callback(seen.append)
+            assert ex.interrupt(f) is True
+            assert f.cancelled()
+            assert ex.interrupt(f) is True or ex.interrupt(f) is False
+            os.write(w2, b"y")
+            assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+            assert seen == [f]
+        finally:
+            for fd in (r, w, r2, w2):
+                os.close(fd)
+
+
+# ------------------------------------------------------------ lifecycle knobs
+
+
+@pytest.mark.timeout(60)
+def test_max_tasks_per_child_one_under_load():
+    with InterpreterPoolExecutor(2, max_tasks_per_child=1) as ex:
+        fs = [ex.submit(hh.interp_id, i) for i in range(40)]
+        ids = [f.result(timeout=50) for f in fs]
+        assert len(set(ids)) == 40, f"interpreters reused: {len(set(ids))} distinct for 40 tasks"
+
+
+@pytest.mark.timeout(60)
+def test_max_tasks_per_child_with_map_and_callbacks():
+    with InterpreterPoolExecutor(2, max_tasks_per_child=1) as ex:
+        cnt = []
+        fs = [ex.submit(hh.identity, i) for i in range(30)]
+        for f in fs:
+            f.add_done_callback(cnt.append)
+        assert list(ex.map(hh.identity, range(20), chunksize=3)) == list(range(20))
+        cf.wait(fs, timeout=50)
+        assert len(cnt) == 30
+
+
+@pytest.mark.timeout(30)
+def test_idle_timeout_releases_then_recovers():
+    with InterpreterPoolExecutor(2, idle_timeout=0.1, thread_name_prefix="hostile_idle") as ex:
+        a = ex.submit(hh.interp_id).result(timeout=20)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ex.stats()
+            alive = [t for t in _threads_with_prefix("hostile_idle") if "resolver" not in t.name]
+            if not alive:
+                break
+            threading.Event().wait(0.05)
+        b = ex.submit(hh.interp_id).result(timeout=20)
+        assert a != b
+        assert list(ex.map(hh.identity, range(10))) == list(range(10))
+
+
+@pytest.mark.timeout(30)
+def test_idle_timeout_zero():
+    with InterpreterPoolExecutor(2, idle_timeout=0) as ex:
+        for i in range(20):
+            assert ex.submit(hh.identity, i).result(timeout=20) == i
+        assert list(ex.map(hh.identity, range(30))) == list(range(30))
+
+
+@pytest.mark.timeout(30)
+def test_initializer_failure_breaks_pool():
+    ex = InterpreterPoolExecutor(2, initializer=hh.fail_init)
+    try:
+        f = ex.submit(hh.identity, 1)
+        with pytest.raises(interpexec.BrokenInterpreterPool):
+            f.result(timeout=20)
+        with pytest.raises(interpexec.BrokenInterpreterPool):
+            ex.submit(hh.identity, 1)
+        # BrokenInterpreterPool should be a BrokenExecutor like BrokenProcessPool
+        assert issubclass(interpexec.BrokenInterpreterPool, cf.BrokenExecutor)
+    finally:
+        ex.shutdown(wait=True)
+
+
+@pytest.mark.timeout(30)
+def test_initializer_state_survives_and_reruns_after_recycle():
+    with InterpreterPoolExecutor(1, initializer=hh.set_init, initargs=(42,), max_tasks_per_child=2) as ex:
+        assert [ex.submit(hh.get_init).result(timeout=20) for _ in range(5)] == [42] * 5
+
+
+@pytest.mark.timeout(30)
+def test_constructor_validation_like_stdlib():
+    with pytest.raises(ValueError):
+        InterpreterPoolExecutor(0)
+    with pytest.raises(TypeError):
+        InterpreterPoolExecutor(initializer=5)
+    with pytest.raises(ValueError):
+        InterpreterPoolExecutor(1, max_tasks_per_child=0)
+
+
+# ------------------------------------------------------------ threads, fds
+
+
+@pytest.mark.timeout(40)
+def test_thread_left_behind_by_task_does_not_hang_shutdown():
+    r, w = os.pipe()
+    ex = InterpreterPoolExecutor(1, interrupt_grace=0.3, max_tasks_per_child=1, thread_name_prefix="hostile_left")
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert ex.submit(hh.leave_thread, r).result(timeout=20) == "started"
+            assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+            t = threading.Thread(target=ex.shutdown, kwargs=dict(wait=True))
+            t.start()
+            t.join(15)
+            hung = t.is_alive()
+    finally:
+        os.write(w, b"x")
+    t.join(20)
+    os.close(r)
+    os.close(w)
+    assert not hung, "shutdown(wait=True) hung on a thread a task left behind"
+
+
+@pytest.mark.timeout(60)
+def test_many_open_fds():
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2300
+    if soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            pytest.skip("fd limit too low")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    opened = []
+    try:
+        for _ in range(2000):
+            opened.append(os.open("/dev/null", os.O_RDONLY))
+        with InterpreterPoolExecutor(2) as ex:
+            assert list(ex.map(hh.identity, range(50))) == list(range(50))
+            f = ex.schedule(hh.spin_forever, timeout=0.2)
+            assert isinstance(f.exception(timeout=20), TimeoutError)
+            assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+    finally:
+        for fd in opened:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# ------------------------------------------------------------ asyncio
+
+
+@pytest.mark.timeout(30)
+def test_run_in_executor_cancel_with_interrupt_on_cancel():
+    async def main(ex):
+        loop = asyncio.get_running_loop()
+        t = loop.run_in_executor(ex, hh.spin_forever)
+        # wait until it runs
+        while True:
+            v = await loop.run_in_executor(ex, hh.identity, 1)
+            assert v == 1
+            break
+        await asyncio.sleep(0)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(t, 0.3)
+        return await loop.run_in_executor(ex, hh.identity, 7)
+
+    with InterpreterPoolExecutor(2, interrupt_on_cancel=True, interrupt_grace=0.5) as ex:
+        assert asyncio.run(main(ex)) == 7
+        # the spinning worker must have been freed: both workers usable
+        fs = [ex.submit(hh.spin_for, 0.05) for _ in range(4)]
+        cf.wait(fs, timeout=20)
+        assert all(f.done() for f in fs)
+
+
+@pytest.mark.timeout(30)
+def test_run_in_executor_many_concurrent():
+    async def main(ex):
+        loop = asyncio.get_running_loop()
+        return await asyncio.gather(*(loop.run_in_executor(ex, hh.identity, i) for i in range(1000)))
+
+    with InterpreterPoolExecutor(2) as ex:
+        assert asyncio.run(main(ex)) == list(range(1000))
+
+
+@pytest.mark.timeout(30)
+def test_aio_run_sync_cancellation():
+    pytest.importorskip("anyio")
+    from interpexec import aio
+
+    async def main(ex):
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await aio.run_sync(hh.spin_forever, executor=ex)
+        # cancel while queued
+        tasks = [asyncio.create_task(aio.run_sync(hh.spin_for, 0.2, executor=ex)) for _ in range(6)]
+        await asyncio.sleep(0.05)
+        for t in tasks:
+            t.cancel()
+        res = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, (asyncio.CancelledError, int)) for r in res), res
+        return await aio.run_sync(hh.identity, 5, executor=ex)
+
+    with InterpreterPoolExecutor(1, interrupt_grace=0.5) as ex:
+        assert asyncio.run(main(ex)) == 5
+
+
+# ------------------------------------------------------------ fork, SIGINT
+
+
+@pytest.mark.timeout(60)
+def test_fork_with_live_pool():
+    code = """
+    import os, sys
+    from interpexec import InterpreterPoolExecutor, BrokenInterpreterPool
+    from tests import hostile_helpers as hh
+    ex = InterpreterPoolExecutor(2)
+    assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                ex.submit(hh.identity, 1)
+                os.write(w, b"N")
+            except BrokenInterpreterPool:
+                os.write(w, b"B")
+            with InterpreterPoolExecutor(1) as ex2:
+                assert ex2.submit(hh.identity, 5).result(timeout=20) == 5
+            os.write(w, b"K")
+        except BaseException as e:
+            os.write(w, repr(e).encode()[:100])
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    os.close(w)
+    out = os.read(r, 200)
+    print("child", out, status)
+    assert ex.submit(hh.identity, 2).result(timeout=20) == 2
+    ex.shutdown()
+    assert out == b"BK", out
+    assert status == 0, status
+    print("OK")
+    """
+    p = _run_py(code)
+    assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr)
+
+
+@pytest.mark.timeout(60)
+def test_fork_while_tasks_in_flight():
+    code = """
+    import os, concurrent.futures as cf
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    ex = InterpreterPoolExecutor(2)
+    fs = [ex.submit(hh.spin_for, 0.01) for _ in range(50)]
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        _, st = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(st) == 7, st
+    done, nd = cf.wait(fs, timeout=30)
+    assert not nd, len(nd)
+    ex.shutdown()
+    print("OK")
+    """
+    p = _run_py(code)
+    assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.05, 0.15])
+def test_sigint_at_random_moment_exits_promptly(delay):
+    code = """
+    import os, sys, signal, threading, time
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    print("READY", flush=True)
+    try:
+        with InterpreterPoolExecutor(2) as ex:
+            while True:
+                fs = [ex.submit(hh.spin_for, 0.005) for _ in range(20)]
+                for f in fs:
+                    f.result(timeout=20)
+                list(ex.map(hh.identity, range(50)))
+    except KeyboardInterrupt:
+        print("KI", flush=True)
+        sys.exit(3)
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO
+    p = subprocess.Popen(
+        [PY, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
+    assert p.stdout.readline().strip() == "READY"
+    # let it get into the loop; no sleeping as sync, but the moment is random on purpose
+    threading.Event().wait(0.3 + delay)
+    p.send_signal(2)
+    try:
+        out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"process hung after SIGINT: {err[-2000:]}")
+    assert p.returncode == 3, (p.returncode, out, err[-3000:])
+
+
+# ------------------------------------------------------------ batch 3
+
+
+@pytest.mark.timeout(60)
+def test_unhandled_ctrl_c_outside_with_exits_promptly():
+    code = """
+    import os, sys
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    ex = InterpreterPoolExecutor(2)
+    fs = [ex.submit(hh.spin_for, 1.0) for _ in range(200)]
+    print("READY", flush=True)
+    fs[-1].result(timeout=600)
+    """
+    env = dict(os.environ, PYTHONPATH=REPO)
+    p = subprocess.Popen(
+        [PY, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
+    assert p.stdout.readline().strip() == "READY"
+    threading.Event().wait(0.3)
+    t0 = time.monotonic()
+    p.send_signal(2)
+    try:
+        out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _out, err = p.communicate()
+        pytest.fail("did not exit after an unhandled Ctrl-C")
+    assert "KeyboardInterrupt" in err
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_wait_false_then_exit_runs_queued_work(tmp_path):
+    out = tmp_path / "out"
+    code = f"""
+    import os
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    fd = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    ex = InterpreterPoolExecutor(2)
+    for _ in range(30):
+        ex.submit(hh.write_byte, fd)
+    ex.shutdown(wait=False)
+    """
+    p = _run_py(code)
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() == b"r" * 30
+
+
+@pytest.mark.timeout(60)
+def test_exit_without_shutdown_runs_queued_work(tmp_path):
+    out = tmp_path / "out"
+    code = f"""
+    import os
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    fd = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    ex = InterpreterPoolExecutor(2)
+    for _ in range(30):
+        ex.submit(hh.write_byte, fd)
+    """
+    p = _run_py(code)
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() == b"r" * 30
+
+
+@pytest.mark.timeout(60)
+def test_sigint_into_result_then_everything_still_resolves():
+    code = """
+    import os, signal, threading, concurrent.futures as cf, random
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    random.seed(1)
+    main = threading.get_ident()
+    stop = threading.Event()
+    def killer():
+        while not stop.wait(random.uniform(0.001, 0.02)):
+            signal.pthread_kill(main, signal.SIGINT)
+    counts = {}
+    lock = threading.Lock()
+    def cb(f):
+        with lock:
+            counts[id(f)] = counts.get(id(f), 0) + 1
+    ex = InterpreterPoolExecutor(2)
+    fs = []
+    kis = 0
+    t = threading.Thread(target=killer); t.start()
+    try:
+        i = 0
+        while i < 400:
+            try:
+                f = ex.submit(hh.identity, i)
+                f.add_done_callback(cb)
+                fs.append(f)
+                i += 1
+                if i % 7 == 0:
+                    f.result(timeout=20)
+            except KeyboardInterrupt:
+                kis += 1
+    finally:
+        stop.set()
+        t.join()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    done, nd = cf.wait(fs, timeout=30)
+    assert not nd, f"{len(nd)} never resolved"
+    bad = [f for f in fs if f.cancelled() or f.exception(timeout=0) is not None]
+    assert not bad, bad[:3]
+    assert [f.result(timeout=0) for f in fs] == list(range(len(fs)))
+    ex.shutdown(wait=True)
+    assert all(counts.get(id(f)) == 1 for f in fs), sorted(set(counts.values()))
+    print("OK", kis)
+    """
+    p = _run_py(code, timeout=55)
+    assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr[-3000:])
+
+
+@pytest.mark.timeout(60)
+def test_fork_stress_with_concurrent_submitter():
+    code = """
+    import os, threading, concurrent.futures as cf
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    ex = InterpreterPoolExecutor(2, max_tasks_per_child=3)
+    fs = []
+    stop = threading.Event()
+    def submitter():
+        i = 0
+        while not stop.is_set():
+            fs.append(ex.submit(hh.identity, i)); i += 1
+            if i % 50 == 0:
+                fs[-1].result(timeout=30)
+    t = threading.Thread(target=submitter); t.start()
+    for _ in range(8):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(5)
+        _, st = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(st) == 5, st
+    stop.set(); t.join(30)
+    done, nd = cf.wait(fs, timeout=30)
+    assert not nd, len(nd)
+    assert [f.result(timeout=0) for f in fs] == list(range(len(fs)))
+    ex.shutdown()
+    print("OK", len(fs))
+    """
+    p = _run_py(code, timeout=55)
+    assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr[-3000:])
+
+
+@pytest.mark.timeout(60)
+def test_fork_from_done_callback():
+    code = """
+    import os, threading
+    from interpexec import InterpreterPoolExecutor
+    from tests import hostile_helpers as hh
+    ex = InterpreterPoolExecutor(2)
+    got = []
+    ev = threading.Event()
+    def cb(f):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(4)
+        got.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        ev.set()
+    ex.submit(hh.identity, 1).add_done_callback(cb)
+    other = [ex.submit(hh.spin_for, 0.05) for _ in range(6)]
+    assert ev.wait(30), "callback fork never completed"
+    assert got == [4], got
+    for f in other:
+        f.result(timeout=30)
+    assert ex.submit(hh.identity, 2).result(timeout=30) == 2
+    ex.shutdown()
+    print("OK")
+    """
+    p = _run_py(code, timeout=55)
+    assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr[-3000:])
+
+
+@pytest.mark.timeout(30)
+def test_fork_inside_task_fails_cleanly():
+    with InterpreterPoolExecutor(1) as ex:
+        f = ex.submit(hh.fork_in_task)
+        assert f.exception(timeout=20) is not None
+        assert ex.submit(hh.identity, 1).result(timeout=20) == 1
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_handed_but_not_started_never_runs():
+    # docs/timeouts.md: interrupt() cancels tasks handed to a worker but not
+    # started ("interrupt() stops those too").  A cancelled future whose task
+    # still runs to completion breaks the Future contract (side effects happen).
+    # CPU pressure from another pool makes the race show on 2 cores.
+    burner = InterpreterPoolExecutor(4)
+    [burner.schedule(hh.spin_forever, timeout=20) for _ in range(4)]
+    ran_anyway = []
+    try:
+        with InterpreterPoolExecutor(1, interrupt_grace=0.5) as ex:
+            for _ in range(8):
+                r, w = os.pipe()
+                rr, ww = os.pipe()
+                try:
+                    blocker = ex.submit(hh.block_on_fd, r)
+                    handed = [ex.submit(hh.write_byte, ww) for _ in range(6)]
+                    assert all(f.running() for f in handed)  # docs: handed ahead report running()
+                    for f in handed:
+                        assert ex.interrupt(f) is True
+                        assert f.cancelled()
+                    os.write(w, b"x")
+                    assert blocker.result(timeout=20) == b"x"
+                    marker = ex.submit(hh.write_byte, ww, b"M")
+                    assert marker.result(timeout=20) == b"M"
+                    os.set_blocking(rr, False)
+                    data = os.read(rr, 100)
+                    if data != b"M":
+                        ran_anyway.append(data)
+                finally:
+                    for fd in (r, w, rr, ww):
+                        os.close(fd)
+    finally:
+        burner.shutdown(wait=True, cancel_futures=True, interrupt_running=True)
+    assert not ran_anyway, f"interrupted (cancelled) tasks ran anyway: {ran_anyway}"
+
+
+@pytest.mark.timeout(40)
+def test_startup_shutdown_churn_no_leaks():
+    before = _fds()
+    for i in range(15):
+        ex = InterpreterPoolExecutor(2, thread_name_prefix="hostile_churn")
+        if i % 3 == 0:
+            ex.prestart(wait=False)
+        elif i % 3 == 1:
+            ex.submit(hh.identity, 1)
+        ex.shutdown(wait=(i % 2 == 0))
+        del ex
+    gc.collect()
+    deadline = time.monotonic() + 20
+    while _threads_with_prefix("hostile_churn") and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    assert _threads_with_prefix("hostile_churn") == []
+    leaked = _fds() - before
+    assert not leaked, leaked
+
+
+@pytest.mark.timeout(30)
+def test_result_waiter_while_executor_collected():
+    ex = InterpreterPoolExecutor(1)
+    r, w = os.pipe()
+    f = ex.submit(hh.block_on_fd, r)
+    out = []
+    t = threading.Thread(target=lambda: out.append(f.result(timeout=20)))
+    t.start()
+    del ex
+    gc.collect()
+    os.write(w, b"q")
+    t.join(25)
+    os.close(r)
+    os.close(w)
+    assert out == [b"q"]
+
+
+@pytest.mark.timeout(40)
+def test_shutdown_wait_true_from_done_callback_does_not_hang():
+    ex = InterpreterPoolExecutor(2)
+    fin = threading.Event()
+    errs = []
+
+    def cb(_):
+        try:
+            ex.shutdown(wait=True)
+        except BaseException as e:
+            errs.append(e)
+        fin.set()
+
+    fs = [ex.submit(hh.spin_for, 0.02) for _ in range(6)]
+    fs[0].add_done_callback(cb)
+    assert fin.wait(30), "shutdown(wait=True) inside a done-callback hung"
+    _done, nd = cf.wait(fs, timeout=20)
+    assert not nd
+
+
+@pytest.mark.timeout(40)
+def test_shutdown_wait_true_from_callback_run_in_result():
+    # the callback runs in whichever thread delivers the result; here result()'s
+    ex = InterpreterPoolExecutor(1)
+    fin = []
+    ev = threading.Event()
+
+    def cb(_):
+        try:
+            ex.shutdown(wait=True)
+            fin.append(1)
+        except BaseException as e:
+            fin.append(e)
+        ev.set()
+
+    f = ex.submit(hh.identity, 1)
+    f.add_done_callback(cb)
+    t = threading.Thread(target=lambda: f.result(timeout=20))
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "hung"
+    assert ev.wait(30), "shutdown(wait=True) in the callback hung"
+    assert fin == [1], fin
+
+
+@pytest.mark.timeout(60)
+def test_many_workers():
+    with InterpreterPoolExecutor(24, thread_name_prefix="hostile_many") as ex:
+        assert sorted(ex.map(hh.identity, range(200))) == list(range(200))
+    assert _threads_with_prefix("hostile_many") == []
+
+
+# ------------------------------------------------------------ doctor CLI
+
+
+def _doctor(*names, extra_path=None, timeout=60):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [extra_path, REPO, env.get("PYTHONPATH")] if p)
+    return subprocess.run(
+        [PY, "-m", "interpexec", "doctor", *names], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env
+    )
+
+
+@pytest.mark.timeout(60)
+def test_doctor_empty_name_no_traceback():
+    p = _doctor("")
+    assert "Traceback" not in p.stderr, p.stderr[-1500:]
+    assert p.returncode == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", [".", "..", "a b", "é", "json.", "x/y", "1abc", "json\nos"])
+def test_doctor_odd_names_not_found(name):
+    p = _doctor(name)
+    assert "Traceback" not in p.stderr, p.stderr[-1500:]
+    assert p.returncode == 1
+    assert "not found" in p.stdout
+
+
+@pytest.mark.timeout(60)
+def test_doctor_duplicate_and_mixed_names():
+    p = _doctor("json", "json", "nope_not_here_xyz")
+    assert "Traceback" not in p.stderr, p.stderr[-1500:]
+    assert p.returncode == 1
+    assert p.stdout.count("json") >= 1 and "nope_not_here_xyz" in p.stdout
+
+
+@pytest.mark.timeout(60)
+def test_doctor_module_raising_systemexit_and_exiting(tmp_path):
+    (tmp_path / "hostile_sysexit_mod.py").write_text("raise SystemExit(3)\n")
+    (tmp_path / "hostile_osexit_mod.py").write_text("import os\nos._exit(0)\n")
+    p = _doctor("hostile_sysexit_mod", "hostile_osexit_mod", "json", extra_path=str(tmp_path))
+    assert "Traceback" not in p.stderr, p.stderr[-1500:]
+    lines = {
+        l.split()[0]: l for l in p.stdout.splitlines() if l.strip() and not l.startswith(("-", "Python", "package"))
+    }
+    assert "works" in lines.get("json", ""), p.stdout
+    assert "error" in lines.get("hostile_sysexit_mod", "") or "crash" in lines.get("hostile_sysexit_mod", ""), p.stdout
+    assert "works" not in lines.get("hostile_osexit_mod", "works"), p.stdout
+
+
+@pytest.mark.timeout(90)
+def test_doctor_module_hanging_in_main_interpreter_import(tmp_path):
+    # Imports fine in a worker, blocks forever in the main interpreter: the
+    # doctor's "parent" probe has no timeout, so the whole command hangs.
+    (tmp_path / "hostile_hang_mod.py").write_text(
+        "import _interpreters, threading\nif _interpreters.get_current()[0] == 0:\n    threading.Event().wait()\n"
+    )
+    try:
+        p = _doctor("hostile_hang_mod", extra_path=str(tmp_path), timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("`interpexec doctor` hung on a module whose import blocks (no timeout on the parent probe)")
+    assert p.returncode in (0, 1)
+
+
+def test_docs_api_doctor_states_match_cli():
+    text = open(os.path.join(REPO, "docs", "api.md")).read()
+    from interpexec._doctor import STATES
+
+    section = text[text.index("`doctor") : text.index("`info`")]
+    for state in STATES:
+        assert f"`{state}`" in section, f"docs/api.md doctor section does not list the state {state!r}: {section!r}"
+
+
+@pytest.mark.timeout(60)
+def test_waiter_pipes_released_after_all_pools_shut_down():
+    # 150 threads block in result() at once; after every pool is shut down the
+    # process should not keep 300 extra descriptors open for the rest of its life.
+    before = len(_fds())
+    ex = InterpreterPoolExecutor(2)
+    r, w = os.pipe()
+    try:
+        [ex.submit(hh.block_on_fd, r) for _ in range(2)]
+        fs = [ex.submit(hh.identity, i) for i in range(150)]
+        barrier = threading.Barrier(151)
+
+        def waiter(f):
+            barrier.wait()
+            f.result(timeout=30)
+
+        ts = [threading.Thread(target=waiter, args=(f,)) for f in fs]
+        for t in ts:
+            t.start()
+        barrier.wait()
+        threading.Event().wait(0.5)  # let the waiters block (not synchronization of results)
+        os.write(w, b"xx")
+        for t in ts:
+            t.join(30)
+        ex.shutdown(wait=True)
+    finally:
+        os.close(r)
+        os.close(w)
+    gc.collect()
+    after = len(_fds())
+    assert after - before < 20, f"{after - before} descriptors still open after shutdown"
