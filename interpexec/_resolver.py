@@ -112,9 +112,8 @@ class Resolver(Workers):
         inbox = self.inbox
         if not inbox:
             return False
-        in_resolver = threading.get_ident() == self.resolver_ident
         deferred: BaseException | None = None
-        retried: set[int] = set()
+        retried: set[int] | None = None
         handled = False
         while True:
             try:
@@ -125,10 +124,12 @@ class Resolver(Workers):
             try:
                 self._handle(msg)
             except BaseException as exc:  # user code or a Ctrl-C: deliver the rest first
+                if retried is None:
+                    retried = set()
                 if self._unfinished(msg) and id(msg) not in retried:
                     retried.add(id(msg))
                     inbox.appendleft(msg)
-                if in_resolver:
+                if threading.get_ident() == self.resolver_ident:
                     _report("an exception escaped while delivering a result", exc)
                 elif deferred is None:
                     deferred = exc

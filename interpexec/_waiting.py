@@ -36,18 +36,18 @@ class Waiting(Resolver):
 
         Returns the part of ``timeout`` left for the standard Condition wait that
         follows (it returns at once when ``fut`` is done)."""
-        if threading.get_ident() == self.resolver_ident:
+        me = threading.get_ident()
+        if me == self.resolver_ident:
             return self._resolve_until(fut, timeout)
         pipe = borrow_pipe()
         rfd, wfd = pipe
-        item = self.attach_waiter(fut, wfd, threading.get_ident())
+        item = self.attach_waiter(fut, wfd, me)
         if item is None:
             return_pipe(pipe)
             return timeout  # not dispatched yet, or another thread waits already: the
             # resolver delivers it, and the standard Condition wait serves it
         deadline = None if timeout is None else time.monotonic() + timeout
-        poller = select.poll()
-        poller.register(rfd, select.POLLIN)
+        poller = None
         try:
             while True:
                 self.collect()
@@ -56,6 +56,9 @@ class Waiting(Resolver):
                 if deadline is None:
                     os.read(rfd, 64)
                 else:
+                    if poller is None:
+                        poller = select.poll()
+                        poller.register(rfd, select.POLLIN)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return 0.0
@@ -119,13 +122,13 @@ class Waiting(Resolver):
         return item
 
     def detach_waiter(self, item: WorkItem, wfd: int) -> None:
-        slot = item.tid % NSLOTS
-        fds = self.layout.waiter_fds + slot
-        with self.lock:
-            if self.ctl[fds] == wfd + 1:
-                self.ctl[fds] = 0
-            if item.waiter_fd == wfd + 1:
-                item.waiter_fd = 0
+        fds = self.layout.waiter_fds + item.tid % NSLOTS
+        # (No lock: only this thread can have put wfd there, and no other thread
+        # can take the slot while it holds it.)
+        if self.ctl[fds] == wfd + 1:
+            self.ctl[fds] = 0
+        if item.waiter_fd == wfd + 1:
+            item.waiter_fd = 0
         # A worker may have woken only us: unless our result is in, the resolver
         # takes over (it collects whatever is queued).
         if item.future._state in WAITABLE:
