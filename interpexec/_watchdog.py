@@ -178,8 +178,10 @@ class Watchdog:
             with st.lock:
                 now = time.monotonic()
                 if st.tid and not st.fired and st.deadline and now >= st.deadline:
-                    self._fire(now)
+                    # The TIMEOUT first: the Interrupted may surface (and its
+                    # STOPPED be reported) as soon as it is raised.
                     self._timed_out(st)
+                    self._fire(now)
                 elif (
                     st.tid and st.fired and not st.stuck_reported and not st.retired and now >= st.fired_at + self.grace
                 ):
