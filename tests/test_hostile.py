@@ -968,7 +968,7 @@ def test_sigint_at_random_moment_exits_promptly(delay):
     threading.Event().wait(0.3 + delay)
     p.send_signal(2)
     try:
-        out, err = p.communicate(timeout=20)
+        _out, err = p.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         p.kill()
         out, err = p.communicate()
@@ -999,7 +999,7 @@ def test_unhandled_ctrl_c_outside_with_exits_promptly():
     t0 = time.monotonic()
     p.send_signal(2)
     try:
-        out, err = p.communicate(timeout=20)
+        _out, err = p.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         p.kill()
         _out, err = p.communicate()
@@ -1331,7 +1331,9 @@ def test_doctor_module_raising_systemexit_and_exiting(tmp_path):
     p = _doctor("hostile_sysexit_mod", "hostile_osexit_mod", "json", extra_path=str(tmp_path))
     assert "Traceback" not in p.stderr, p.stderr[-1500:]
     lines = {
-        l.split()[0]: l for l in p.stdout.splitlines() if l.strip() and not l.startswith(("-", "Python", "package"))
+        line.split()[0]: line
+        for line in p.stdout.splitlines()
+        if line.strip() and not line.startswith(("-", "Python", "package"))
     }
     assert "works" in lines.get("json", ""), p.stdout
     assert "error" in lines.get("hostile_sysexit_mod", "") or "crash" in lines.get("hostile_sysexit_mod", ""), p.stdout
