@@ -34,7 +34,7 @@ class PoolFuture(Future[T]):
     """
 
     def __init__(self, pool: FutureOwner, tid: int, interrupt_on_cancel: bool = False) -> None:
-        super().__init__()
+        Future.__init__(self)
         self._ie_pool = pool
         self._ie_tid = tid
         self._ie_interrupt_on_cancel = interrupt_on_cancel

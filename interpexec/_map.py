@@ -54,6 +54,13 @@ class MapIterator:
         return self
 
     def __next__(self) -> Any:
+        chunk = self._chunk
+        if chunk is not None:
+            # The common case, lock-free: the next value of the current chunk
+            # (next() on a tuple iterator is atomic, so threads sharing the
+            # iterator still get each value once).
+            for value in chunk:
+                return value
         try:
             return self._next_locked()
         except BaseException:

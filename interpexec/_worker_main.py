@@ -317,6 +317,27 @@ def _serve(
                 woke = True
             except OSError:
                 pass
+        elif spin and not count(task_qid):
+            # Nobody waits for it yet, and no task waits for this worker: the
+            # caller is usually a few microseconds from result().  Linger (bounded,
+            # yielding) until it attaches or takes the result itself, rather than
+            # wake the resolver to race it for the main GIL.  A new task, or the
+            # end of the linger, ends it; then the resolver is woken as usual.
+            for _ in range(spin):
+                if not count(result_qid):
+                    woke = True  # taken off the queue: whoever took it delivers it
+                    break
+                waiter = ctl[waiter_fds + slot]
+                if waiter and ctl[waiter_tids + slot] == tid:
+                    try:
+                        write(waiter - 1, b"\0")
+                        woke = True
+                    except OSError:
+                        pass
+                    break
+                if count(task_qid):
+                    break
+                yield_cpu()
         if not woke and (
             not SKIP_WAKEUPS or (ctl[COLLECTOR_ASLEEP] and sum(ctl[written_lo:written_hi]) <= ctl[COLLECTOR_READ])
         ):
