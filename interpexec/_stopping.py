@@ -53,21 +53,32 @@ class Stopper(Waiting):
             self.join()
 
     def join(self, include_retired: bool = False) -> None:
-        """Wait until every worker has ended; retired workers (stuck in C, or
-        waiting for threads a task left) are not waited for unless
-        ``include_retired``.  Waits on the pool's condition, which retirement and
-        exits notify."""
+        """Wait until every worker has ended.  Retired workers (a call stuck in C,
+        or threads a task left) get ``interrupt_grace`` seconds more, which is
+        plenty for one that merely timed out in Python code; after that they
+        are not waited for unless ``include_retired``.  Waits on the pool's
+        condition, which retirement and exits notify."""
         me = threading.current_thread()
         ended: set[threading.Thread] = set()
+        grace_end: float | None = None
         with self.lock:
             while True:
-                waiting = [
-                    w.thread for w in self.workers.values() if (include_retired or not w.retired) and w.thread is not me
-                ]
                 ended.update(w.thread for w in self.workers.values() if w.thread is not me)
-                if not waiting:
+                if any(not w.retired and w.thread is not me for w in self.workers.values()):
+                    self.ready.wait()
+                    continue
+                if not any(w.thread is not me for w in self.workers.values()):
                     break
-                self.ready.wait()
+                # Only retired workers are left.
+                if include_retired:
+                    self.ready.wait()
+                    continue
+                if grace_end is None:
+                    grace_end = time.monotonic() + self.interrupt_grace
+                left = grace_end - time.monotonic()
+                if left <= 0:
+                    break
+                self.ready.wait(left)
             retired = {w.thread for w in self.workers.values() if w.retired}
         for t in ended - retired:
             if t.is_alive():
