@@ -110,16 +110,25 @@ def _mitigate_crashes() -> None:
     _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
 
 
+#: Interpreters are created and destroyed one at a time in the process: CPython
+#: 3.13.0 crashed (SIGSEGV in a queue lookup) when several workers destroyed and
+#: re-created their interpreters at once around os.fork(); creation and
+#: destruction are rare, so serializing them costs nothing measurable.
+_lifecycle_lock = _thread.allocate_lock()
+
+
 def create_interpreter() -> int:
     """Create an isolated interpreter (own GIL, own obmalloc) and return its id."""
     if not _mitigated:
         _mitigate_crashes()
-    return int(_interpreters.create())
+    with _lifecycle_lock:
+        return int(_interpreters.create())
 
 
 def destroy_interpreter(interp_id: int) -> None:
     """Destroy an interpreter; it must not be running in any thread."""
-    _interpreters.destroy(interp_id)
+    with _lifecycle_lock:
+        _interpreters.destroy(interp_id)
 
 
 def current_interpreter_id() -> int:
