@@ -14,7 +14,6 @@ import logging
 import multiprocessing
 import os
 import sys
-import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 
@@ -29,25 +28,10 @@ from . import helpers, log_helpers
 # ============================================================ logging forwarding
 
 
-class _Collect(logging.Handler):
-    """Keeps every record it handles; sets ``arrived`` when one has ``message``."""
-
-    def __init__(self, message):
-        super().__init__(logging.DEBUG)
-        self.message = message
-        self.records = []
-        self.arrived = threading.Event()
-
-    def emit(self, record):
-        self.records.append(record)
-        if record.getMessage() == self.message:
-            self.arrived.set()
-
-
 @pytest.mark.timeout(60)
 def test_worker_log_record_reaches_the_parent_logger_handler():
     name = "interpexec.tests.some.name"
-    handler = _Collect("msg 42")
+    handler = log_helpers.Collect("msg 42")
     logger = logging.getLogger(name)
     logger.addHandler(handler)
     try:

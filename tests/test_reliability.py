@@ -54,7 +54,7 @@ import pytest
 
 from interpexec import get_reusable_executor
 
-from . import helpers
+from . import helpers, log_helpers
 from . import reliability_helpers as rh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,21 +89,6 @@ def run_script(path, *args: str, timeout: float = 60, flags=()):
 
 def _report(proc) -> str:
     return f"rc={proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-6000:]}"
-
-
-class _Collect(logging.Handler):
-    """Keeps every record; sets ``arrived`` when one has ``message``."""
-
-    def __init__(self, message):
-        super().__init__(logging.DEBUG)
-        self.message = message
-        self.records = []
-        self.arrived = threading.Event()
-
-    def emit(self, record):
-        self.records.append(record)
-        if record.getMessage() == self.message:
-            self.arrived.set()
 
 
 # ====================================================== 1. waiting on a pending future
@@ -1022,7 +1007,7 @@ def test_one_map_iterator_consumed_by_two_threads(make_pool):
 @pytest.mark.timeout(30)
 def test_first_task_log_record_of_a_fresh_worker_is_forwarded(make_pool):
     name = "interpexec.tests.reliability.first"
-    handler = _Collect("first record")
+    handler = log_helpers.Collect("first record")
     logger = logging.getLogger(name)
     logger.addHandler(handler)
     try:
