@@ -261,6 +261,19 @@ def _serve(
     tasks_done = layout.tasks_done + index
     busy_ns = layout.busy_ns + index
     clock = time.perf_counter_ns
+
+    def wake_waiter(slot: int, tid: int) -> bool | None:
+        """Wake the thread registered as waiting for task ``tid``: None when none
+        is, else whether the wake-up byte was written."""
+        waiter = ctl[waiter_fds + slot]
+        if not waiter or ctl[waiter_tids + slot] != tid:
+            return None
+        try:
+            write(waiter - 1, b"\0")
+        except OSError:
+            return False
+        return True
+
     while True:
         msg = get(empty)
         if msg is empty and spin:
@@ -309,15 +322,9 @@ def _serve(
         # Wake the thread waiting for this very result if there is one (it collects
         # everything queued), else the resolver if it sleeps.
         slot = tid % NSLOTS
-        woke = False
-        waiter = ctl[waiter_fds + slot]
-        if waiter and ctl[waiter_tids + slot] == tid:
-            try:
-                write(waiter - 1, b"\0")
-                woke = True
-            except OSError:
-                pass
-        elif spin and not count(task_qid):
+        attached = wake_waiter(slot, tid)
+        woke = attached is True
+        if attached is None and spin and not count(task_qid):
             # Nobody waits for it yet, and no task waits for this worker: the
             # caller is usually a few microseconds from result().  Linger (bounded,
             # yielding) until it attaches or takes the result itself, rather than
@@ -327,13 +334,9 @@ def _serve(
                 if not count(result_qid):
                     woke = True  # taken off the queue: whoever took it delivers it
                     break
-                waiter = ctl[waiter_fds + slot]
-                if waiter and ctl[waiter_tids + slot] == tid:
-                    try:
-                        write(waiter - 1, b"\0")
-                        woke = True
-                    except OSError:
-                        pass
+                attached = wake_waiter(slot, tid)
+                if attached is not None:
+                    woke = attached
                     break
                 if count(task_qid):
                     break
