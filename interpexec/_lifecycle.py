@@ -67,11 +67,6 @@ class Workers(Dispatcher):
         with self.lock:
             return self.broken is None and not worker.retired
 
-    def interrupted_in_flight(self) -> list[int]:
-        """Tasks handed to the workers and interrupted, not yet reported back."""
-        with self.lock:
-            return [tid for tid, item in self.inflight.items() if item.future.cancelled()]
-
     def worker_exited(self, worker: Worker, how: str, error: str | None) -> None:
         if error is not None and not worker.retired:
             self.set_broken(

@@ -25,7 +25,8 @@ Channels and their messages::
       (-1,  EVENT,   worker slot, event, data) EV_* below
 
   command channel (one per worker; main -> that worker's watchdog)
-      (INTERRUPT, tid)        stop task tid if it runs, skip it if it comes later
+      (INTERRUPT, tid)        stop task tid if it runs (one not started yet is
+                              skipped: the pool marks it in the control block)
       (INTERRUPT, INIT_TID)   stop the initializer if it runs
       (CMD_STOP,)             the watchdog ends (sent by the worker itself)
 

@@ -212,14 +212,13 @@ class Resolver(Workers):
         return False, None  # STOPPED: interrupted (or skipped) at our request
 
     def _settle(self, fut: PoolFuture[Any], kind: int, outcome: tuple[bool, Any]) -> None:
-        ok, value = outcome
+        """Settle a future with its outcome (values are set inline by _handle)."""
+        exc = outcome[1]
         try:
-            if ok:
-                fut.set_result(value)
-            elif value is not None:
-                fut.set_exception(value)
+            if exc is not None:
+                fut.set_exception(exc)
             else:
-                fut.force_cancel()
+                fut.force_cancel()  # STOPPED
         except _base.InvalidStateError:
             pass  # interrupted or cancelled meanwhile
 

@@ -218,8 +218,6 @@ def decode(enc: Encoded) -> Any:
     return loads(enc[1], buffers=enc[2])
 
 
-_EMPTY = object()
-
 #: Thread ident -> read end of a pipe that the watchdog writes to after raising an
 #: exception asynchronously in that thread (``PyThreadState_SetAsyncExc`` cannot
 #: wake a blocked ``poll()``).  Blocking waits of interpexec's own (Queue.get/put)

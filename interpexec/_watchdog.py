@@ -23,15 +23,13 @@ import select
 import time
 
 from . import _compat, _shared
-from ._compat import RLock, deque, get_ident
+from ._compat import RLock, get_ident
 from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
 from ._transport import NSLOTS, Channel, wake_fd
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from typing import Any
-
-_CANCELLED_MAX = 4096
 
 
 class Interrupted(BaseException):
@@ -57,16 +55,13 @@ class TaskState:
         self.fired_at = 0.0
         self.stuck_reported = False
         self.retired = False  # the pool replaced this worker: leave after this task
-        self.cancelled: deque[int] = deque(maxlen=_CANCELLED_MAX)
         self.thread_id = get_ident()
 
     def begin(self, tid: int, timeout: float | None) -> bool:
         """Mark task ``tid`` running; False if it was interrupted while queued."""
         with self.lock:
-            if tid in self.cancelled:
-                return False
             if self.control is not None and tid > 0 and self.control[self.stop_tids + tid % NSLOTS] == tid:
-                return False  # interrupted while queued (its command may not be read yet)
+                return False  # interrupted while queued (the pool marks it before telling the watchdog)
             self.tid = tid
             self.fired = False
             self.stuck_reported = False
@@ -170,11 +165,10 @@ class Watchdog:
                 target = cmd[1]
                 if target:
                     with st.lock:
-                        if st.tid == target:
-                            if not st.fired:
-                                self._fire(time.monotonic())
-                        elif target != INIT_TID:
-                            st.cancelled.append(target)
+                        # (A task not running yet is skipped by the loop itself:
+                        # TaskState.begin reads the pool's "interrupted" marks.)
+                        if st.tid == target and not st.fired:
+                            self._fire(time.monotonic())
             with st.lock:
                 now = time.monotonic()
                 if st.tid and not st.fired and st.deadline and now >= st.deadline:

@@ -51,7 +51,6 @@ class WorkerHost(Protocol):
     def left(self, worker: Worker) -> None: ...
     def worker_should_restart(self, worker: Worker) -> bool: ...
     def worker_exited(self, worker: Worker, how: str, error: str | None) -> None: ...
-    def interrupted_in_flight(self) -> list[int]: ...
     def take_results(self) -> bool: ...
 
 
@@ -155,10 +154,6 @@ class Worker:
             return EXIT_INIT_FAILED, f"could not create an interpreter: {exc!r}"
         self.interp_id = interp_id
         try:
-            # Tasks interrupted while still queued are skipped by the interpreter
-            # that was told so; that one may have been recycled since: tell this one.
-            for tid in host.interrupted_in_flight():
-                self.commands.put((INTERRUPT, tid))
             _compat.queue_put(self.handoff, self.control_view)
             _compat.queue_put(self.handoff, host.settings_for(self).to_wire())
             failure = _compat.run_string(interp_id, BOOTSTRAP, {"_ie_path": self.sys_path, "_ie_handoff": self.handoff})

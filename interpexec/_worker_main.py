@@ -119,7 +119,9 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     sys.setswitchinterval(0.0005)
     _shared._in_worker = True
     results = Channel.from_spec(settings.results)
-    state = TaskState(control.cast("q"), ControlLayout(settings.slots).stop_tids)
+    ctl = control.cast("q")
+    layout = ControlLayout(settings.slots)
+    state = TaskState(ctl, layout.stop_tids)
     watchdog = Watchdog(
         state, Channel.from_spec(settings.commands), results, settings.index, settings.grace, settings.interrupt_pipe[1]
     )
@@ -128,7 +130,7 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     threads = ThreadTracker()
     threads.install()  # after the watchdog: only threads of tasks are tracked
     try:
-        reason = _serve(control, settings, Channel.from_spec(settings.tasks), results, state, watchdog)
+        reason = _serve(ctl, layout, settings, Channel.from_spec(settings.tasks), results, state, watchdog)
     finally:
         watchdog.stop()
     if not threads.wait(settings.thread_grace):
@@ -140,7 +142,8 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
 
 
 def _serve(
-    control: memoryview,
+    ctl: memoryview,
+    layout: ControlLayout,
     settings: WorkerSettings,
     tasks: Channel,
     results: Channel,
@@ -234,8 +237,6 @@ def _serve(
             finish_task(state)
         return out
 
-    layout = ControlLayout(settings.slots)
-    ctl = control.cast("q")
     asleep = layout.asleep + index
     task_read = layout.task_read + index
     written = layout.result_written + index
