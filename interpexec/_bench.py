@@ -564,12 +564,14 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout: float, poll: Callable[[],
                     poll()
             else:
                 return True
+    poller = select.poll()  # (not select(): descriptors can be >= 1024)
+    poller.register(pidfd, select.POLLIN)
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            if select.select([pidfd], [], [], min(left, 0.25))[0]:
+            if poller.poll(max(1, int(min(left, 0.25) * 1000))):
                 return True
             if poll is not None:
                 poll()
