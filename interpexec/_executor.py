@@ -23,6 +23,7 @@ from ._pool import BrokenInterpreterPool, Pool, exiting
 from ._protocol import CALL, CHUNK
 from ._state import LIVE_POOLS
 from ._transport import encode_call_args, encode_columns
+from ._waiting import Watch
 
 __all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
 
@@ -143,6 +144,12 @@ class InterpreterPoolExecutor(Executor):
         the standard executors)."""
         return self._max_workers
 
+    @property
+    def usable(self) -> bool:
+        """True while :meth:`submit` accepts work: not shut down and not broken."""
+        pool = self._pool
+        return pool.broken is None and not pool.shutdown_flag
+
     # ---------------------------------------------------------------- submit
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         return self._submit(fn, args, kwargs, self._task_timeout)
@@ -254,6 +261,20 @@ class InterpreterPoolExecutor(Executor):
         if not isinstance(future, PoolFuture) or future._ie_pool is not self._pool:
             return False
         return self._pool.interrupt(future)
+
+    @_releasing_locks
+    def watch(self, future: Future[Any]) -> Watch | None:
+        """A readable descriptor for a running task, for event loops and selectors.
+
+        Returns a :class:`Watch` whose ``fd`` becomes readable when ``future``
+        may be done (the worker finishing the task writes to it); then call its
+        ``check()``, which delivers results in the calling thread and returns
+        True once ``future`` is done.  Close it (or use it as a context manager)
+        when done waiting.  Returns None when the task is not in a worker's
+        hands (still queued, or already done), another thread watches it, or 64
+        watches are out: use ``future.add_done_callback`` then.
+        """
+        return self._pool.watch(future)
 
     @_releasing_locks
     def prestart(self, wait: bool = True) -> None:

@@ -16,7 +16,7 @@ from ._dispatch import Dispatcher
 from ._future import set_exception_if_running
 from ._protocol import WorkerSettings
 from ._state import WorkItem
-from ._transport import wake_fd
+from ._wakeup import notify
 from ._worker import Worker
 
 
@@ -120,7 +120,7 @@ class Workers(Dispatcher):
         for item, exc in failed:
             set_exception_if_running(item.future, exc)
             if item.waiter_fd:
-                wake_fd(item.waiter_fd - 1)
+                notify(item.waiter_fd - 1)
 
     def set_broken(self, message: str, cause: BaseException | None) -> None:
         with self.lock:

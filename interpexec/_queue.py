@@ -38,7 +38,7 @@ Lifetime: the creator holds the queue's first reference, and each unpickled copy
 binds its own; each releases in ``__del__`` and the queue goes with the last one.
 The pipes are never closed (a closed fd could be reused by some unrelated file and
 receive our bytes): the creator's ``__del__`` parks them, and they return to
-``_transport``'s free list only once their queue id no longer exists.  Queue ids
+``_wakeup``'s free list only once their queue id no longer exists.  Queue ids
 are never reused, and a copy exists only while it holds a reference (a copy
 unpickled after the queue is gone fails to bind before it touches the pipes), so
 by then no copy can use them.  Free lists are per interpreter: the pipes of Queues
@@ -54,36 +54,25 @@ from __future__ import annotations
 
 import collections
 import os
-import select
 import time
 from typing import Any
 
 from . import _compat
 from ._compat import QueueEmpty as Empty  # the class that queue.Empty is; importing queue costs a worker 2 ms
-from ._transport import INTERRUPT_FDS, borrow_pipe, decode, encode, return_pipe
+from ._transport import INT64_MAX, INT64_MIN, SCALARS, decode, encode
+from ._wakeup import INTERRUPT_FDS, borrow, drain, give_back, notify, wait
 
 __all__ = ["INTERRUPT_FDS", "Queue"]
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_SCALARS = (type(None), bool, float, str, bytes)
 _EMPTY: Any = object()
 _NO_PIPE = (-1, -1)
 
 Pipe = tuple[int, int]
 
 # (queue id, pipes) of finalized creators whose queue may still be alive; the
-# pipes go back to _transport's free list once it is gone.  deque appends and pops
+# pipes go back to _wakeup's free list once it is gone.  deque appends and pops
 # are atomic: __del__ may run in any thread at any moment, so no lock is taken.
 _parked: collections.deque[tuple[int, tuple[Pipe, ...]]] = collections.deque()
-
-
-def _queue_gone(qid: int) -> bool:
-    try:
-        _compat.queue_count(qid)
-    except Exception:  # QueueNotFoundError
-        return True
-    return False
 
 
 def _take_pipe() -> Pipe:
@@ -92,71 +81,18 @@ def _take_pipe() -> Pipe:
             qid, pipes = _parked.popleft()
         except IndexError:
             break
-        if _queue_gone(qid):
+        if not _compat.queue_exists(qid):
             for pipe in pipes:
-                return_pipe(pipe)
+                give_back(pipe)
         else:
             _parked.append((qid, pipes))
-    r, w = borrow_pipe()
-    os.set_blocking(r, False)  # several readers: a read must never block
-    return r, w
-
-
-def _drain(fd: int) -> None:
-    try:
-        while len(os.read(fd, 4096)) == 4096:
-            pass
-    except BlockingIOError:
-        pass
+    return borrow()
 
 
 def _full() -> Exception:
     import queue
 
     return queue.Full()
-
-
-def _put_nowait(qid: int, item: Any) -> bool:
-    """Put unless the queue is at its maxsize; False when it is full.  Checks first:
-    the error a put into a full queue raises makes CPython import its own queue
-    wrapper (35 ms in a 3.13 worker)."""
-    if _compat.queue_is_full(qid):
-        return False
-    try:
-        _compat.queue_put(qid, item)
-    except Exception as exc:
-        import queue
-
-        if isinstance(exc, queue.Full) or _compat.queue_is_full(qid):
-            return False
-        raise
-    return True
-
-
-def _notify(fd: int) -> None:
-    try:
-        os.write(fd, b"\0")
-    except BlockingIOError:
-        pass  # full: readers will wake anyway
-
-
-def _wait(fd: int, deadline: float | None) -> bool:
-    """Block until ``fd`` is readable (True) or the deadline passes (False)."""
-    if deadline is None:
-        ms: float | None = None
-    else:
-        ms = (deadline - time.monotonic()) * 1000.0
-        if ms <= 0:
-            return False
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    intr = INTERRUPT_FDS.get(_compat.get_ident()) if INTERRUPT_FDS else None
-    if intr is not None:
-        poller.register(intr, select.POLLIN)
-    ready = poller.poll(ms)
-    if intr is not None and any(ev_fd == intr for ev_fd, _ in ready):
-        os.read(intr, 4096)
-    return bool(ready)
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -198,31 +134,31 @@ class Queue:
         if timeout is not None and timeout < 0:
             raise ValueError("'timeout' must be a non-negative number")
         tp = type(item)
-        if not (tp in _SCALARS or (tp is int and _INT64_MIN <= item <= _INT64_MAX)):
+        if not (tp in SCALARS or (tp is int and INT64_MIN <= item <= INT64_MAX)):
             item = encode(item, share_buffers=False)
         qid = self._qid
         if not self.maxsize:
             _compat.queue_put(qid, item)
-        elif not _put_nowait(qid, item):
+        elif not _compat.queue_put_nowait(qid, item):
             if not block:
                 raise _full()
             self._put_slow(item, _deadline(timeout))
-        _notify(self._items[1])
+        notify(self._items[1])
 
     def _put_slow(self, item: Any, deadline: float | None) -> None:
         qid, (rfd, wfd) = self._qid, self._space
         woke = False
         try:
             while True:
-                if not _wait(rfd, deadline):
+                if not wait(rfd, deadline, interruptible=True):
                     raise _full()
                 woke = True
-                _drain(rfd)
-                if _put_nowait(qid, item):
+                drain(rfd)
+                if _compat.queue_put_nowait(qid, item):
                     return
         finally:
             if woke and not _compat.queue_is_full(qid):
-                _notify(wfd)
+                notify(wfd)
 
     def put_nowait(self, item: Any) -> None:
         self.put(item, False)
@@ -238,7 +174,7 @@ class Queue:
                 raise Empty
             item = self._get_slow(_deadline(timeout))
         if self.maxsize:
-            _notify(self._space[1])
+            notify(self._space[1])
         return decode(item) if type(item) is tuple else item
 
     def _get_slow(self, deadline: float | None) -> Any:
@@ -246,17 +182,17 @@ class Queue:
         woke = False
         try:
             while True:
-                if not _wait(rfd, deadline):
+                if not wait(rfd, deadline, interruptible=True):
                     raise Empty
                 woke = True
-                _drain(rfd)
+                drain(rfd)
                 if _compat.queue_count(qid):
                     item = _compat.queue_get(qid, _EMPTY)
                     if item is not _EMPTY:
                         return item
         finally:
             if woke and _compat.queue_count(qid):
-                _notify(wfd)
+                notify(wfd)
 
     def get_nowait(self) -> Any:
         return self.get(False)
@@ -286,7 +222,7 @@ class Queue:
             _compat.queue_release(qid)
             if self._owner:
                 _parked.append((qid, tuple(p for p in (self._items, self._space) if p != _NO_PIPE)))
-        except Exception:  # interpreter shutting down
+        except (AttributeError, TypeError):  # at interpreter exit, module globals already cleared
             pass
 
 
@@ -298,7 +234,7 @@ def _rebuild(qid: int, maxsize: int, items: Pipe, space: Pipe, pid: int) -> Queu
     self._owner = False
     try:
         _compat.queue_bind(qid)
-    except Exception:
+    except _compat.QueueNotFoundError:
         raise RuntimeError(
             f"interpexec.Queue {qid} no longer exists: every reference to it was dropped before this copy "
             "arrived. Keep a reference to a Queue sent in a queue item until it has arrived; to get a Queue "

@@ -53,11 +53,10 @@ from ._transport import (
     LENT,
     NATIVE,
     SAME_ARG,
-    close_free_pipes,
     decode,
     materialize,
-    wake_fd,
 )
+from ._wakeup import close_free, notify
 
 
 class Resolver(Workers):
@@ -188,7 +187,7 @@ class Resolver(Workers):
             if fut._state not in WAITABLE:
                 self.unsettled.pop(tid, None)
                 if item.waiter_fd and item.waiter_thread != threading.get_ident():
-                    wake_fd(item.waiter_fd - 1)
+                    notify(item.waiter_fd - 1)
 
     def _outcome(self, item: WorkItem, kind: int, msg: tuple[Any, ...]) -> tuple[bool, Any]:
         """(True, value) or (False, exception) for a result message; decoding runs
@@ -275,7 +274,7 @@ class Resolver(Workers):
             self.results.close()
         # No worker of any pool left: no thread can write to a waiter's pipe.
         if not any(p is not self and p.started and not p.closed for p in list(LIVE_POOLS)):
-            close_free_pipes()
+            close_free()
 
 
 def _report(what: str, exc: BaseException) -> None:

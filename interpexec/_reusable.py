@@ -42,13 +42,11 @@ def get_reusable_executor(
         config = {"idle_timeout": idle_timeout, **kwargs}
         current = _executor
         if current is not None:
-            pool = current._pool
-            usable = pool.broken is None and not pool.shutdown_flag
-            same = config == _config and (max_workers is None or max_workers == current._max_workers)
-            if usable and same:
+            same = config == _config and (max_workers is None or max_workers == current.max_workers)
+            if current.usable and same:
                 return current
             if max_workers is None:
-                max_workers = current._max_workers
+                max_workers = current.max_workers
         _executor = InterpreterPoolExecutor(max_workers, **config)
         _config = config
         return _executor

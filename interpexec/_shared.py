@@ -81,12 +81,8 @@ _in_worker = False
 
 
 def _lend(buffer: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
-    view = memoryview(buffer)
-    if fmt != "B" or len(shape) != 1:
-        try:
-            view = view.cast(fmt, shape)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            pass  # a format memoryview cannot cast to: the raw bytes
+    """In a worker: the view a task receives for a lent buffer."""
+    view = relend(buffer, fmt, shape)
     if _in_worker:
         _lent[id(view)] = (view, buffer)
     return view
@@ -101,11 +97,13 @@ def lent_buffer(value: Any) -> Any:
 
 
 def relend(buffer: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
-    """In the caller: rebuild the view a task returned, over the caller's memory."""
+    """A view of ``fmt`` and ``shape`` over ``buffer``: what a task receives
+    (:func:`_lend`), and, in the caller, the view a task returned, rebuilt over
+    the caller's memory."""
     view = memoryview(buffer)
     if fmt != "B" or len(shape) != 1:
         try:
             view = view.cast(fmt, shape)  # type: ignore[call-overload]
         except (TypeError, ValueError):
-            pass
+            pass  # a format memoryview cannot cast to: the raw bytes
     return view

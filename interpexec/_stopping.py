@@ -25,8 +25,9 @@ from . import _compat
 from ._future import PoolFuture
 from ._protocol import STOP
 from ._state import LIVE_POOLS
-from ._transport import PARK, wake_fd
+from ._transport import PARK
 from ._waiting import Waiting
+from ._wakeup import notify
 
 
 class Stopper(Waiting):
@@ -104,7 +105,7 @@ class Stopper(Waiting):
             if item is not None:
                 item.future.force_cancel()
                 if item.waiter_fd:
-                    wake_fd(item.waiter_fd - 1)
+                    notify(item.waiter_fd - 1)
         self.interrupt_running()
         with self.lock:
             failed = self.dispatch_locked() if self.started and not self.forked else []

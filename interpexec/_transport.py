@@ -21,6 +21,7 @@ import os
 
 from . import _compat
 from ._compat import PickleBuffer, dumps, loads
+from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -35,9 +36,9 @@ LENT = 2  # a result that is a view lent by the caller: (LENT, buffer index, for
 SAME_ARG = 3
 SAME_ARG_MIN = 64 * 1024  # below this, copying is as cheap as the check
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_SCALARS = (type(None), bool, float, str, bytes)
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+SCALARS = (type(None), bool, float, str, bytes)
 _MAX_TUPLE = 4096  # longer tuples are pickled: checking them costs more than it saves
 
 
@@ -45,10 +46,10 @@ def is_native(obj: Any, _depth: int = 0) -> bool:
     """True when ``obj`` crosses interpreters natively and comes out equal and of
     the same type (exact types only: subclasses such as IntEnum are pickled)."""
     tp = type(obj)
-    if tp in _SCALARS:
+    if tp in SCALARS:
         return True
     if tp is int:
-        return bool(_INT64_MIN <= obj <= _INT64_MAX)
+        return bool(INT64_MIN <= obj <= INT64_MAX)
     if tp is tuple:
         if _depth > 8 or len(obj) > _MAX_TUPLE:
             return False
@@ -73,7 +74,7 @@ def _flat_native(items: tuple[Any, ...]) -> bool:
         return True
     if kinds - _FLAT_OK == {int}:
         ints = [x for x in items if type(x) is int] if len(kinds) > 1 else items
-        return _INT64_MIN <= min(ints) and max(ints) <= _INT64_MAX
+        return INT64_MIN <= min(ints) and max(ints) <= INT64_MAX
     return all(map(is_native, items))
 
 
@@ -100,7 +101,7 @@ def encode_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Encoded:
     if not kwargs and len(args) <= 8:
         for a in args:
             tp = type(a)
-            if tp in _SCALARS or (tp is int and _INT64_MIN <= a <= _INT64_MAX) or (tp is tuple and is_native(a)):
+            if tp in SCALARS or (tp is int and INT64_MIN <= a <= INT64_MAX) or (tp is tuple and is_native(a)):
                 continue
             break
         else:
@@ -218,55 +219,6 @@ def decode(enc: Encoded) -> Any:
     return loads(enc[1], buffers=enc[2])
 
 
-#: Thread ident -> read end of a pipe that the watchdog writes to after raising an
-#: exception asynchronously in that thread (``PyThreadState_SetAsyncExc`` cannot
-#: wake a blocked ``poll()``).  Blocking waits of interpexec's own (Queue.get/put)
-#: also watch that pipe and read it, so the exception fires.  Per interpreter.
-INTERRUPT_FDS: dict[int, int] = {}
-
-# Wake-up pipes of waiting threads (and of Queues, event loops): a worker may
-# write to a waiter's pipe just after the waiter stopped waiting, and a closed fd
-# number can be reused for an unrelated file, so these are not closed but kept
-# for the next waiter while any pool has workers; a stale byte costs at most one
-# spurious wake-up, which every reader tolerates.  When the last pool closes, the
-# list is closed (close_free_pipes).
-# (Only the main interpreter borrows and returns.)
-_PIPES: list[tuple[int, int]] = []
-
-
-def borrow_pipe() -> tuple[int, int]:
-    """A pipe whose write end does not block (a full pipe means a wake-up is
-    pending anyway)."""
-    try:
-        return _PIPES.pop()
-    except IndexError:
-        r, w = os.pipe()
-        os.set_blocking(w, False)
-        return r, w
-
-
-def close_free_pipes() -> None:
-    """Close the pipes kept for the next waiter.  Only when no worker of any pool
-    exists any more (none can write to them then): the last pool to close calls it."""
-    while _PIPES:
-        r, w = _PIPES.pop()
-        os.close(r)
-        os.close(w)
-
-
-def return_pipe(pipe: tuple[int, int]) -> None:
-    r = pipe[0]
-    os.set_blocking(r, False)
-    try:
-        while os.read(r, 65536):
-            pass
-    except BlockingIOError:
-        pass
-    finally:
-        os.set_blocking(r, True)
-    _PIPES.append(pipe)
-
-
 class Channel:
     """A one-way cross-interpreter queue with a pipe for blocking wake-ups.
 
@@ -297,12 +249,8 @@ class Channel:
         self.notify()
 
     def notify(self) -> None:
-        if self.wfd < 0:
-            return
-        try:
-            os.write(self.wfd, b"\0")
-        except BlockingIOError:
-            pass  # pipe full: plenty of wake-ups are already pending
+        if self.wfd >= 0:
+            notify(self.wfd)
 
     def get_nowait(self, default: Any = None) -> Any:
         """Return the next item, or ``default`` when there is none."""
@@ -405,10 +353,3 @@ class ControlLayout:
         self.waiter_tids = self.waiter_fds + NSLOTS
         self.stop_tids = self.waiter_tids + NSLOTS
         self.size = self.stop_tids + NSLOTS
-
-
-def wake_fd(fd: int) -> None:
-    try:
-        os.write(fd, b"\0")
-    except OSError:
-        pass  # full (a wake-up is pending anyway) or already gone

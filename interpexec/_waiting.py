@@ -15,7 +15,6 @@ nested.  ``interrupt()`` stops a task and wakes its waiter at once.
 from __future__ import annotations
 
 import os
-import select
 import threading
 import time
 from concurrent.futures import Future
@@ -25,11 +24,63 @@ from ._future import WAITABLE, PoolFuture
 from ._protocol import INIT_TID
 from ._resolver import Resolver
 from ._state import WorkItem
-from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS, borrow_pipe, return_pipe, wake_fd
+from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS
+from ._wakeup import drain, give_back, notify, try_borrow, wait
+
+
+class Watch:
+    """A pipe registered for one task in a worker's hands: the worker that
+    finishes it writes a byte, so the pipe becomes readable when the future may
+    be done.  For threads blocked in ``result()`` and for event loops
+    (:meth:`InterpreterPoolExecutor.watch`).  Use as a context manager, or call
+    :meth:`close`."""
+
+    __slots__ = ("_item", "_pipe", "_pool", "fd", "future")
+
+    def __init__(self, pool: Waiting, future: PoolFuture[Any], item: WorkItem, pipe: tuple[int, int]) -> None:
+        self._pool, self.future, self._item = pool, future, item
+        self._pipe: tuple[int, int] | None = pipe
+        self.fd = pipe[0]  #: readable when the future may be done
+
+    def check(self) -> bool:
+        """Read the wake-up and deliver every queued result (in this thread); True
+        once the future is done.  Call it once before the first wait too."""
+        drain(self.fd)
+        self._pool.collect()
+        return self.future._state not in WAITABLE
+
+    def close(self) -> None:
+        """Deregister (the resolver delivers the result if nobody else did)."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            self._pool.detach_waiter(self._item, pipe[1])
+            give_back(pipe, lent=True)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Waiting(Resolver):
     # ------------------------------------------------------------- waiting
+    def watch(self, fut: Future[Any], thread: int = 0) -> Watch | None:
+        """A :class:`Watch` for ``fut``, or None when ``fut`` is not in a worker's
+        hands yet (queued, or done), another thread watches it already, or too
+        many watches are out: then the resolver delivers it, and a done-callback
+        or the future's own wait is the way to learn of it."""
+        if not isinstance(fut, PoolFuture) or fut._ie_pool is not self:
+            return None
+        pipe = try_borrow()
+        if pipe is None:
+            return None
+        item = self.attach_waiter(fut, pipe[1], thread)
+        if item is None:
+            give_back(pipe, lent=True)
+            return None
+        return Watch(self, fut, item, pipe)
+
     def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
         """Block until ``fut`` is done (or ``timeout``), collecting results in this
         thread: the worker that finishes ``fut`` writes straight to our pipe.
@@ -39,34 +90,15 @@ class Waiting(Resolver):
         me = threading.get_ident()
         if me == self.resolver_ident:
             return self._resolve_until(fut, timeout)
-        pipe = borrow_pipe()
-        rfd, wfd = pipe
-        item = self.attach_waiter(fut, wfd, me)
-        if item is None:
-            return_pipe(pipe)
-            return timeout  # not dispatched yet, or another thread waits already: the
-            # resolver delivers it, and the standard Condition wait serves it
+        watch = self.watch(fut, me)
+        if watch is None:
+            return timeout  # the resolver delivers it, and the standard Condition wait serves it
         deadline = None if timeout is None else time.monotonic() + timeout
-        poller = None
-        try:
-            while True:
-                self.collect()
-                if fut._state not in WAITABLE:
-                    return timeout
-                if deadline is None:
-                    os.read(rfd, 64)
-                else:
-                    if poller is None:
-                        poller = select.poll()
-                        poller.register(rfd, select.POLLIN)
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return 0.0
-                    if poller.poll(max(1, int(left * 1000 + 0.999))):
-                        os.read(rfd, 64)
-        finally:
-            self.detach_waiter(item, wfd)
-            return_pipe(pipe)
+        with watch:
+            while not watch.check():
+                if not wait(watch.fd, deadline):
+                    return 0.0
+        return timeout
 
     def _resolve_until(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
         """``result()`` called in the resolver thread itself (by a done-callback):
@@ -74,8 +106,6 @@ class Waiting(Resolver):
         ``fut`` is done."""
         deadline = None if timeout is None else time.monotonic() + timeout
         rfd, ctl = self.results.rfd, self.ctl
-        poller = select.poll()
-        poller.register(rfd, select.POLLIN)
         while not self.closed:
             if self.collect() and fut._state not in WAITABLE:
                 break
@@ -85,20 +115,14 @@ class Waiting(Resolver):
             try:
                 if self.collect():
                     continue
-                if deadline is None:
-                    ready = poller.poll()
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return 0.0
-                    ready = poller.poll(max(1, int(left * 1000 + 0.999)))
-                if ready:
-                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+                if not wait(rfd, deadline):
+                    return 0.0
+                ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
             finally:
                 ctl[COLLECTOR_ASLEEP] = 0
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    def attach_waiter(self, fut: Future[Any], wfd: int, thread: int = 0) -> WorkItem | None:
+    def attach_waiter(self, fut: PoolFuture[Any], wfd: int, thread: int = 0) -> WorkItem | None:
         """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe that
         ``thread`` blocks on, or with ``thread=0`` one an event loop watches);
         whoever else handles the result writes it instead, unless that is
@@ -106,8 +130,6 @@ class Waiting(Resolver):
         ``fut`` is not in a worker's hands yet, or its slot is taken.  After
         attaching, call :meth:`collect` once before waiting (the result may already
         be queued), and :meth:`detach_waiter` with the returned item when done."""
-        if not isinstance(fut, PoolFuture) or fut._ie_pool is not self:
-            return None
         tid = fut._ie_tid
         slot = tid % NSLOTS
         fds, tids = self.layout.waiter_fds + slot, self.layout.waiter_tids + slot
@@ -154,7 +176,7 @@ class Waiting(Resolver):
                     w.interrupt(tid)
         cancelled = fut.force_cancel()
         if item.waiter_fd and item.waiter_thread != threading.get_ident():
-            wake_fd(item.waiter_fd - 1)  # the waiter wakes now, not when the call returns
+            notify(item.waiter_fd - 1)  # the waiter wakes now, not when the call returns
         return cancelled
 
     def interrupt_running(self) -> None:

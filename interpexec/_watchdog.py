@@ -25,7 +25,8 @@ import time
 from . import _compat, _shared
 from ._compat import RLock, get_ident
 from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
-from ._transport import NSLOTS, Channel, wake_fd
+from ._transport import NSLOTS, Channel
+from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class Watchdog:
         st.fired_at = now
         _compat.set_async_exc(st.thread_id, Interrupted)
         if self.interrupt_wfd >= 0:
-            wake_fd(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
+            notify(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
 
     def _timed_out(self, st: TaskState) -> None:
         """The running task passed its deadline: fail its future now, even if it

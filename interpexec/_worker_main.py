@@ -46,7 +46,6 @@ from ._protocol import (
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
-    INTERRUPT_FDS,
     LENT,
     NATIVE,
     NSLOTS,
@@ -61,6 +60,7 @@ from ._transport import (
     encode,
     encode_flat,
 )
+from ._wakeup import INTERRUPT_FDS
 from ._watchdog import Interrupted, TaskState, Watchdog, finish_task
 from ._worker_env import LogForwarder, MainFixup, ThreadTracker
 

@@ -17,10 +17,10 @@ every backend anyio supports (asyncio and trio), with or without an anyio runner
   every event loop of the process.
 * Waiting costs the event loop nothing: no thread is parked per call and nothing
   polls.  The loop watches a small pipe that the worker finishing the call writes
-  to (``Pool.attach_waiter``), and collects the result on its own thread.  Calls
-  not yet in a worker's hands, or beyond 64 in flight, wake through a
-  done-callback instead (``loop.call_soon_threadsafe`` on asyncio; on trio a byte
-  on the pipe, or ``TrioToken.run_sync_soon``).
+  to (:meth:`InterpreterPoolExecutor.watch`), and collects the result on its own
+  thread.  Calls not yet in a worker's hands, or beyond 64 in flight, wake through a
+  done-callback instead (``loop.call_soon_threadsafe`` on asyncio,
+  ``TrioToken.run_sync_soon`` on trio).
 * Cancelling the awaiting task (a cancel scope, ``anyio.fail_after``,
   ``asyncio.timeout``, ``Task.cancel()``...) cancels the call if it has not started
   yet and *interrupts* it if it is running (:meth:`InterpreterPoolExecutor.interrupt`:
@@ -32,7 +32,6 @@ every backend anyio supports (asyncio and trio), with or without an anyio runner
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from ._executor import InterpreterPoolExecutor
 if TYPE_CHECKING:
     from anyio import CapacityLimiter
 
-    from ._state import WorkItem
+    from ._waiting import Watch
 
 __all__ = ["current_default_executor", "run_sync", "set_default_executor"]
 
@@ -79,7 +78,7 @@ async def run_sync[*PosArgsT, T_Retval](
     """
     if executor is None:
         executor = _default
-        if executor is None or not _usable(executor):
+        if executor is None or not executor.usable:
             executor = await current_default_executor()
     if limiter is None:
         return await _call(executor, func, args)
@@ -95,7 +94,7 @@ async def current_default_executor() -> InterpreterPoolExecutor:
     replaces it if it was shut down or broke.  It is shut down at interpreter exit.
     """
     executor = _default
-    if executor is not None and _usable(executor):
+    if executor is not None and executor.usable:
         return executor
     made: InterpreterPoolExecutor = await anyio.to_thread.run_sync(_make_default, abandon_on_cancel=True)
     return made
@@ -117,17 +116,12 @@ _default: InterpreterPoolExecutor | None = None
 _default_lock = threading.Lock()
 
 
-def _usable(executor: InterpreterPoolExecutor) -> bool:
-    pool = executor._pool
-    return pool.broken is None and not pool.shutdown_flag
-
-
 def _make_default() -> InterpreterPoolExecutor:
     """Runs in a worker thread: build and warm the default pool (once)."""
     global _default
     with _default_lock:
         executor = _default
-        if executor is None or not _usable(executor):
+        if executor is None or not executor.usable:
             executor = InterpreterPoolExecutor()
             try:
                 executor.prestart(wait=True)
@@ -167,12 +161,9 @@ async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[...
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
     fut = executor.submit(func, *args)
-    pipe = _borrow_pipe()
-    if pipe is not None:
-        item = executor._pool.attach_waiter(fut, pipe[1])
-        if item is not None:
-            return await _await_pipe_asyncio(loop, executor, fut, item, pipe, waiter)
-        _return_pipe(pipe)
+    watch = executor.watch(fut)
+    if watch is not None:
+        return await _await_watch_asyncio(loop, executor, fut, watch, waiter)
     # Not in a worker's hands yet (all busy), or too many calls in flight: a
     # done-callback, run by the thread that completes ``fut``, wakes the loop.
     loop_thread = threading.get_ident()
@@ -197,39 +188,32 @@ async def _call_asyncio[T](executor: InterpreterPoolExecutor, func: Callable[...
     return fut.result()
 
 
-async def _await_pipe_asyncio[T](
+async def _await_watch_asyncio[T](
     loop: asyncio.AbstractEventLoop,
     executor: InterpreterPoolExecutor,
     fut: Future[T],
-    item: WorkItem,
-    pipe: tuple[int, int],
+    watch: Watch,
     waiter: asyncio.Future[None],
 ) -> T:
-    """The worker that finishes ``fut`` writes to the pipe, which the loop watches:
-    the loop itself collects the result, with no other thread in between."""
-    pool = executor._pool
-    rfd, wfd = pipe
+    """The worker that finishes the call writes to the watch's pipe, which the
+    loop watches: the loop itself collects the result, with no other thread in
+    between."""
 
     def on_readable() -> None:
-        _drain(rfd)  # (a stray byte from an earlier user of the pipe costs a look)
-        pool.collect()
-        if fut.done() and not waiter.done():
+        if watch.check() and not waiter.done():
             waiter.set_result(None)
 
-    try:
-        pool.collect()  # the result may have been queued before the waiter was set
-        if not fut.done():
-            loop.add_reader(rfd, on_readable)
-            try:
-                await waiter
-            finally:
-                loop.remove_reader(rfd)
-    except BaseException:  # cancelled (or interrupted by KeyboardInterrupt...)
-        executor.interrupt(fut)
-        raise
-    finally:
-        pool.detach_waiter(item, wfd)
-        _return_pipe(pipe)
+    with watch:
+        try:
+            if not watch.check():  # (the result may have been queued before the watch was set)
+                loop.add_reader(watch.fd, on_readable)
+                try:
+                    await waiter
+                finally:
+                    loop.remove_reader(watch.fd)
+        except BaseException:  # cancelled (or interrupted by KeyboardInterrupt...)
+            executor.interrupt(fut)
+            raise
     return fut.result()
 
 
@@ -241,55 +225,27 @@ def _wake_asyncio(waiter: asyncio.Future[None]) -> None:
 async def _call_trio[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
     import trio
 
-    pipe = _borrow_pipe()
-    if pipe is None:  # very many calls in flight: wake through the trio token
-        return await _call_trio_token(executor, func, args)
-    # The done-callback writes a byte to a pipe that this task waits on with
-    # wait_readable: trio's I/O wait then wakes the task itself, one scheduler
+    fut = executor.submit(func, *args)
+    watch = executor.watch(fut)
+    if watch is None:  # not in a worker's hands yet, or very many calls in flight
+        return await _call_trio_token(executor, fut)
+    # trio's I/O wait on the watch's pipe wakes this task itself, one scheduler
     # pass sooner than a TrioToken.run_sync_soon callback could.
-    rfd, wfd = pipe
-    pool = executor._pool
-    item = None
-    try:
-        fut = executor.submit(func, *args)
-        # The worker that finishes ``fut`` writes to the pipe itself when it can
-        # (``attach_waiter``); else (not in a worker's hands yet) a done-callback,
-        # run by the thread that completes ``fut``, does.
-        item = pool.attach_waiter(fut, wfd)
-        if item is None:
-
-            def on_done(_: Future[Any]) -> None:
-                try:
-                    os.write(wfd, b"\0")
-                except OSError:  # full: a wake-up is pending anyway
-                    pass
-
-            fut.add_done_callback(on_done)
+    with watch:
         try:
-            while True:
-                if item is not None:
-                    pool.collect()
-                if fut.done():
-                    break
-                await trio.lowlevel.wait_readable(rfd)
-                _drain(rfd)
-                # (a stray byte from an earlier user of the pipe only costs a look)
+            while not watch.check():
+                await trio.lowlevel.wait_readable(watch.fd)
         except BaseException:  # cancelled
             executor.interrupt(fut)
             raise
-    finally:
-        if item is not None:
-            pool.detach_waiter(item, wfd)
-        _return_pipe(pipe)
     return fut.result()
 
 
-async def _call_trio_token[T](executor: InterpreterPoolExecutor, func: Callable[..., T], args: tuple[Any, ...]) -> T:
+async def _call_trio_token[T](executor: InterpreterPoolExecutor, fut: Future[T]) -> T:
     import trio
 
     task = trio.lowlevel.current_task()
     token = trio.lowlevel.current_trio_token()
-    fut = executor.submit(func, *args)
     waiting = [True]  # read and written only on the trio thread
 
     def wake() -> None:
@@ -313,47 +269,3 @@ async def _call_trio_token[T](executor: InterpreterPoolExecutor, func: Callable[
     fut.add_done_callback(on_done)
     await trio.lowlevel.wait_task_rescheduled(abort)
     return fut.result()
-
-
-# Wake-up pipes of calls (asyncio and trio): borrowed for one call and returned, never closed (a
-# late done-callback may still write to one).  At most _MAX_PIPES are out at once,
-# so that thousands of concurrent calls do not cost thousands of descriptors.
-_MAX_PIPES = 64
-_pipes: list[tuple[int, int]] = []
-_pipes_out = 0
-_pipes_lock = threading.Lock()
-
-
-def _borrow_pipe() -> tuple[int, int] | None:
-    global _pipes_out
-    with _pipes_lock:
-        if _pipes_out >= _MAX_PIPES:
-            return None
-        _pipes_out += 1
-        if _pipes:
-            return _pipes.pop()
-    try:
-        rfd, wfd = os.pipe()
-    except OSError:
-        with _pipes_lock:
-            _pipes_out -= 1
-        return None
-    os.set_blocking(rfd, False)
-    os.set_blocking(wfd, False)
-    return rfd, wfd
-
-
-def _return_pipe(pipe: tuple[int, int]) -> None:
-    global _pipes_out
-    _drain(pipe[0])
-    with _pipes_lock:
-        _pipes_out -= 1
-        _pipes.append(pipe)
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 64):
-            pass
-    except BlockingIOError:
-        pass

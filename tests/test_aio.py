@@ -24,7 +24,7 @@ import anyio.lowlevel
 import pytest
 
 import interpexec
-from interpexec import RemoteTraceback, aio
+from interpexec import RemoteTraceback, _wakeup, aio
 
 from . import aio_helpers as h
 from .helpers import wait_bytes
@@ -135,6 +135,7 @@ def fresh_default():
 @pytest.mark.timeout(60)
 async def test_wakeup_pipes_are_bounded_and_reused(pool):
     results = []
+    free_before = len(_wakeup._free)
 
     async def one(i):
         results.append(await aio.run_sync(h.add, i, 1, executor=pool))
@@ -144,8 +145,8 @@ async def test_wakeup_pipes_are_bounded_and_reused(pool):
             for i in range(200):
                 tg.start_soon(one, i)
     assert sorted(results) == sorted(list(range(1, 201)) * 3)
-    assert aio._pipes_out == 0
-    assert len(aio._pipes) <= aio._MAX_PIPES
+    assert _wakeup._lent == 0
+    assert len(_wakeup._free) - free_before <= _wakeup.MAX_LENT
 
 
 @pytest.mark.anyio
@@ -155,7 +156,7 @@ async def test_run_sync_on_a_shut_down_pool_raises_and_keeps_no_pipe():
     executor.shutdown()
     with pytest.raises(RuntimeError, match="shutdown"):
         await aio.run_sync(h.add, 1, 2, executor=executor)
-    assert aio._pipes_out == 0
+    assert _wakeup._lent == 0
 
 
 @pytest.mark.anyio
@@ -366,7 +367,7 @@ async def _cancel_when_blocked(scope):
 async def test_cancelling_a_running_call_interrupts_it_promptly(env, monkeypatch, max_pipes):
     # On trio a call waits on a pipe, or (with too many calls in flight) for a
     # TrioToken callback: both ways must interrupt.
-    monkeypatch.setattr(aio, "_MAX_PIPES", max_pipes)
+    monkeypatch.setattr(_wakeup, "MAX_LENT", max_pipes)
     executor = env.pool(1)
     arrived_r, arrived_w = env.pipe()
     stopped_r, stopped_w = env.pipe()

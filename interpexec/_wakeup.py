@@ -1,0 +1,159 @@
+"""Wake-ups: the one way a blocked thread of interpexec is woken.
+
+Every blocking wait in interpexec blocks on the read end of a pipe (an OS
+primitive any interpreter can use, watched with ``poll``, which has no limit on
+descriptor numbers) and is woken by one byte written to the other end:
+
+* a worker waiting for tasks, and the resolver waiting for results
+  (:class:`interpexec._transport.Channel`; wake-only-if-asleep through the
+  control block: a sender writes only when the receiver published that it sleeps
+  and no byte is pending);
+* a thread blocked in ``Future.result()``, and an event loop awaiting a call
+  (:meth:`interpexec._waiting.Waiting.watch`: a pipe registered for one task;
+  only the worker finishing that task writes, and only while it is registered);
+* a task or thread blocked in :class:`interpexec.Queue` ``get``/``put`` (a pipe
+  per queue direction; every put/get writes, since sleepers sit in any interpreter).
+
+:func:`notify` writes (a full pipe means a wake-up is pending anyway; a closed
+one that nobody waits on any more), :func:`drain` reads what is pending,
+:func:`wait` blocks until readable or a deadline.  The pipes lent to waiters come
+from one free list (:func:`borrow` / :func:`give_back`): a worker may still write
+to a pipe just after its waiter stopped waiting, and a closed descriptor number
+can be reused for an unrelated file, so a pipe is not closed while any pool has
+workers, but kept for the next waiter (a stale byte costs at most one spurious
+wake-up, which every reader tolerates); the last pool to close calls
+:func:`close_free`.  Only the main interpreter borrows and gives back.
+
+This module is imported inside the workers: it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+
+from . import _compat
+
+__all__ = ["INTERRUPT_FDS", "borrow", "close_free", "drain", "give_back", "new_pipe", "notify", "try_borrow", "wait"]
+
+#: Thread ident -> read end of a pipe that the watchdog writes to after raising an
+#: exception asynchronously in that thread (``PyThreadState_SetAsyncExc`` cannot
+#: wake a blocked ``poll()``).  :func:`wait` watches it too and reads it, so the
+#: exception fires.  Per interpreter.
+INTERRUPT_FDS: dict[int, int] = {}
+
+#: Pipes :func:`try_borrow` lends at most at once (thousands of concurrent awaits
+#: must not cost thousands of descriptors); beyond it callers fall back to a
+#: done-callback or the resolver.
+MAX_LENT = 64
+
+Pipe = tuple[int, int]
+
+_free: list[Pipe] = []
+_lent = 0  # pipes out through try_borrow
+_lock = _compat.allocate_lock()
+
+
+def new_pipe() -> Pipe:
+    """A pipe whose ends never block: a full pipe means a wake-up is pending, and
+    a reader waits with :func:`wait` (or its own ``poll``) before it reads."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w
+
+
+def notify(fd: int) -> None:
+    """Write one wake-up byte."""
+    try:
+        os.write(fd, b"\0")
+    except OSError:
+        pass  # full (a wake-up is pending anyway), or closed: nobody waits on it
+
+
+def drain(fd: int) -> int:
+    """Read every pending wake-up byte (the read end must not block); returns
+    how many there were."""
+    n = 0
+    try:
+        while chunk := len(os.read(fd, 4096)):
+            n += chunk
+            if chunk < 4096:
+                break
+    except BlockingIOError:
+        pass
+    return n
+
+
+def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> bool:
+    """Block until ``fd`` is readable (True) or ``time.monotonic()`` passes
+    ``deadline`` (False; None waits for ever).  With ``interruptible``, the
+    calling thread's interrupt pipe is watched too, so that an exception the
+    watchdog raised in it fires at once."""
+    if deadline is None:
+        ms: int | None = None
+    else:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ms = max(1, int(left * 1000 + 0.999))
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    intr = INTERRUPT_FDS.get(_compat.get_ident()) if interruptible and INTERRUPT_FDS else None
+    if intr is not None:
+        poller.register(intr, select.POLLIN)
+    ready = poller.poll(ms)
+    if intr is not None and any(ev_fd == intr for ev_fd, _ in ready):
+        os.read(intr, 4096)  # the pending exception is raised at the next bytecode
+        return any(ev_fd == fd for ev_fd, _ in ready)
+    return bool(ready)
+
+
+def borrow() -> Pipe:
+    """A pipe from the free list (or a new one); raises OSError when none can be
+    made.  Give it back with :func:`give_back`, never close it."""
+    with _lock:
+        if _free:
+            return _free.pop()
+    return new_pipe()
+
+
+def try_borrow() -> Pipe | None:
+    """Like :func:`borrow` for a wake-up shortcut: None when :data:`MAX_LENT`
+    pipes are out already or no descriptor is left (the caller then waits the
+    slower way).  Give it back with :func:`give_back` (``lent=True``)."""
+    global _lent
+    with _lock:
+        if _lent >= MAX_LENT:
+            return None
+        _lent += 1
+        if _free:
+            return _free.pop()
+    try:
+        return new_pipe()
+    except OSError:  # out of descriptors: the caller waits without a pipe
+        with _lock:
+            _lent -= 1
+        return None
+
+
+def give_back(pipe: Pipe, *, lent: bool = False) -> None:
+    """Return a pipe to the free list, with nothing pending in it."""
+    global _lent
+    drain(pipe[0])
+    with _lock:
+        if lent:
+            _lent -= 1
+        _free.append(pipe)
+
+
+def close_free() -> None:
+    """Close the pipes on the free list.  Only when no worker of any pool exists
+    any more (none can write to them then): the last pool to close calls it."""
+    with _lock:
+        pipes = _free[:]
+        _free.clear()
+    for r, w in pipes:
+        os.close(r)
+        os.close(w)
