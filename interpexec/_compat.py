@@ -243,12 +243,14 @@ def queue_put_nowait(qid: int, obj: Any) -> bool:
         return False
     try:
         queue_put(qid, obj)
-    except Exception:
+    except Exception as exc:
         # Full since the check (another putter): the C module raises its stdlib
-        # wrapper's QueueFull, or, where it cannot import that wrapper (3.13
-        # without the test package), another error: tell them apart by the
-        # state.  Anything else (e.g. the queue is gone) raises.
-        if _interpqueues.is_full(qid):
+        # wrapper's QueueFull (a queue.Full; the wrapper imported queue), or, where
+        # it cannot import that wrapper (3.13 without the test package), another
+        # error, told apart by the state.  Anything else (the queue is gone) raises.
+        import queue
+
+        if isinstance(exc, queue.Full) or _interpqueues.is_full(qid):
             return False
         raise
     return True

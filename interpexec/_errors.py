@@ -23,6 +23,16 @@ __all__ = [
 ]
 
 
+class Interrupted(BaseException):
+    """Raised inside a running task, by its worker's watchdog, to stop it
+    (deadline passed or interrupt()).
+
+    A BaseException, so ``except Exception`` in user code does not swallow it;
+    ``finally`` blocks and context managers run as usual.  The packing code
+    below, which catches everything a user's ``__str__`` or ``__reduce__`` may
+    raise, lets it through: the worker reports the task as stopped."""
+
+
 class RemoteTraceback(Exception):
     """Carries the worker-side traceback; set as ``__cause__`` of a task's exception
     (the same convention as ``concurrent.futures.process``)."""
@@ -187,6 +197,8 @@ def pack_exception(exc: BaseException) -> Packed:
 
     try:
         tb_text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Interrupted:
+        raise
     except BaseException:  # e.g. a __str__ raising SystemExit: send the rest
         tb_text = "<the traceback could not be formatted>\n"
     incompatible = as_incompatible_module_error(exc)
@@ -210,13 +222,17 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
     type_name = f"{tp.__module__}.{tp.__qualname__}" if tp.__module__ != "builtins" else tp.__qualname__
     try:
         message = str(exc)
+    except Interrupted:
+        raise
     except BaseException:  # a __str__ that raises (even SystemExit) must not stop the report
         message = f"<unprintable {tp.__qualname__}>"
     blob: bytes | None
     try:
         blob = dumps(exc, protocol=5)
         loads(blob)  # it must also come back out on the other side
-    except BaseException:
+    except Interrupted:
+        raise
+    except BaseException:  # any failure of the user's __reduce__/__setstate__: send it as text
         blob = None
     # NameError's and AttributeError's ``name`` is not pickled: send it beside.
     attr_name = getattr(exc, "name", None) if isinstance(exc, (NameError, AttributeError)) else None
@@ -231,6 +247,8 @@ def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
         tp = type(exc)
         name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
         why = type(failure).__qualname__
+    except Interrupted:
+        raise
     except BaseException:  # last resort, e.g. no memory for the strings
         return (None, "Exception", "", "", None, None)
     return (None, name, f"<the exception could not be reported: {why} while packing it>", "", None, None)
@@ -286,7 +304,9 @@ def _unpack_one(packed: Packed) -> BaseException:
     if blob is not None:
         try:
             exc = loads(bytes(blob))
-        except BaseException:
+        except KeyboardInterrupt:  # a Ctrl-C, not the user's class: the resolver re-delivers
+            raise
+        except BaseException:  # the user's __setstate__ raised (even SystemExit): sent as text
             exc = None
         if not isinstance(exc, BaseException):
             exc = None

@@ -106,7 +106,6 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> boo
     ready = poller.poll(ms)
     if intr is not None and any(ev_fd == intr for ev_fd, _ in ready):
         os.read(intr, 4096)  # the pending exception is raised at the next bytecode
-        return any(ev_fd == fd for ev_fd, _ in ready)
     return bool(ready)
 
 

@@ -13,6 +13,14 @@ worker ends whenever the call returns, so a task stuck in C costs no capacity.
 An interrupted task that has not returned to Python ``grace`` seconds later is
 reported stuck (EV_STUCK) and its worker retired the same way.
 
+One asynchronous exception is not enough to stop a task: Python swallows an
+exception raised inside a weakref callback or a ``__del__`` (it prints "Exception
+ignored in ..."), and that is where one can land (say, while an import cleans
+up its module lock), and user code may catch it.  So while the task it was
+meant for still runs, the watchdog raises it again, at growing intervals
+(:data:`REFIRE_FIRST` doubling up to :data:`REFIRE_MAX`), as a user presses
+Ctrl-C again.
+
 Imported inside every worker: standard library only, and little of it.
 """
 
@@ -24,6 +32,7 @@ import time
 
 from . import _compat, _shared
 from ._compat import RLock, get_ident
+from ._errors import Interrupted
 from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
 from ._transport import NSLOTS, Channel
 from ._wakeup import notify
@@ -33,11 +42,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class Interrupted(BaseException):
-    """Raised inside a running task to stop it (deadline passed or interrupt()).
-
-    A BaseException, so ``except Exception`` in user code does not swallow it;
-    ``finally`` blocks and context managers run as usual."""
+#: Seconds after which an Interrupted that did not stop its task is raised again,
+#: doubling each time up to REFIRE_MAX.
+REFIRE_FIRST = 0.05
+REFIRE_MAX = 1.0
 
 
 class TaskState:
@@ -53,7 +61,9 @@ class TaskState:
         self.deadline = 0.0  # monotonic deadline of that task, 0.0 for none
         self.timeout: float | None = None
         self.fired = False  # an Interrupted was raised (or is pending) in the loop
-        self.fired_at = 0.0
+        self.fired_at = 0.0  # when the first Interrupted was raised
+        self.refire_at = 0.0  # when to raise it again if the task still runs
+        self.refire_gap = REFIRE_FIRST
         self.stuck_reported = False
         self.retired = False  # the pool replaced this worker: leave after this task
         self.thread_id = get_ident()
@@ -125,9 +135,16 @@ class Watchdog:
         self.handle.join()
 
     def _fire(self, now: float) -> None:
+        """Raise Interrupted in the task's thread (call with ``state.lock`` held,
+        while ``state.tid`` is the task to stop)."""
         st = self.state
-        st.fired = True
-        st.fired_at = now
+        if not st.fired:
+            st.fired = True
+            st.fired_at = now
+            st.refire_gap = REFIRE_FIRST
+        else:
+            st.refire_gap = min(st.refire_gap * 2, REFIRE_MAX)
+        st.refire_at = now + st.refire_gap
         _compat.set_async_exc(st.thread_id, Interrupted)
         if self.interrupt_wfd >= 0:
             notify(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
@@ -154,8 +171,11 @@ class Watchdog:
                 now = time.monotonic()
                 if st.tid and not st.fired and st.deadline:
                     wait: float | None = max(0.0, st.deadline - now)
-                elif st.tid and st.fired and not st.stuck_reported and not st.retired:
-                    wait = max(0.0, st.fired_at + self.grace - now)
+                elif st.tid and st.fired:
+                    until = st.refire_at
+                    if not st.stuck_reported and not st.retired:
+                        until = min(until, st.fired_at + self.grace)
+                    wait = max(0.0, until - now)
                 else:
                     wait = None
             if poller.poll(None if wait is None else max(1, int(wait * 1000 + 0.999))):
@@ -183,3 +203,5 @@ class Watchdog:
                     st.stuck_reported = True
                     st.retired = True
                     self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
+                if st.tid and st.fired and now >= st.refire_at:
+                    self._fire(now)  # the task still runs: the last one was swallowed, or is pending in C

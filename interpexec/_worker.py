@@ -97,7 +97,7 @@ class Worker:
         if self.commands.qid and self.commands.wfd >= 0:
             try:
                 self.commands.put((INTERRUPT, tid))
-            except Exception:  # the channel is gone: the worker has ended
+            except _compat.QueueNotFoundError:  # the channel is gone: the worker has ended
                 pass
 
     def _run(self) -> None:

@@ -109,7 +109,7 @@ class LogForwarder:
                         interp,
                     )
                     results.put((-1, EVENT, index, EV_LOG, fields))
-                except Exception:
+                except Exception:  # logging's own contract: a handler reports, never raises
                     self.handleError(record)
 
         root = logging.getLogger()

@@ -22,7 +22,7 @@ import time
 
 from . import _compat, _shared
 from ._compat import loads
-from ._errors import pack_exception, pack_unreportable
+from ._errors import Interrupted, pack_exception, pack_unreportable
 from ._protocol import (
     CALL,
     ERR,
@@ -61,7 +61,7 @@ from ._transport import (
     encode_flat,
 )
 from ._wakeup import INTERRUPT_FDS
-from ._watchdog import Interrupted, TaskState, Watchdog, finish_task
+from ._watchdog import TaskState, Watchdog, finish_task
 from ._worker_env import LogForwarder, MainFixup, ThreadTracker
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
@@ -108,8 +108,23 @@ def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
     (raise SystemExit, run out of memory): reporting never ends the worker."""
     try:
         return (tid, ERR, pack_exception(exc))
+    except Interrupted:  # the watchdog stopping the task: the caller reports it stopped
+        raise
     except BaseException as failure:  # any failure here is reported instead
         return (tid, ERR, pack_unreportable(exc, failure))
+
+
+def _quiet_swallowed_interrupts() -> None:
+    """An Interrupted that lands in a weakref callback or ``__del__`` is swallowed
+    by Python (the watchdog raises it again): do not print it as "Exception
+    ignored"; anything else goes to the hook as before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def serve(control: memoryview, settings: WorkerSettings) -> int:
@@ -118,6 +133,7 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
     sys.setswitchinterval(0.0005)
     _shared._in_worker = True
+    _quiet_swallowed_interrupts()
     results = Channel.from_spec(settings.results)
     ctl = control.cast("q")
     layout = ControlLayout(settings.slots)
@@ -157,7 +173,7 @@ def _serve(
     def load(blob: bytes) -> Any:
         try:
             return loads(blob)
-        except BaseException as exc:
+        except BaseException as exc:  # anything unpickling raises: re-raised unless the fixup applies
             if not fixup.applies_to(exc):
                 raise
         fixup.apply()
@@ -175,7 +191,7 @@ def _serve(
     def load_payload(enc: tuple[Any, ...]) -> Any:
         try:
             return decode(enc)
-        except BaseException as exc:
+        except BaseException as exc:  # anything unpickling raises: re-raised unless the fixup applies
             if not fixup.applies_to(exc):
                 raise
         fixup.apply()

@@ -52,7 +52,7 @@ import time
 
 import pytest
 
-from interpexec import get_reusable_executor
+from interpexec import InterpreterPoolExecutor, get_reusable_executor
 
 from . import helpers, log_helpers
 from . import reliability_helpers as rh
@@ -1121,3 +1121,32 @@ def test_done_callback_that_submits_and_waits_does_not_deadlock(make_pool):
     assert finished.wait(30), f"only {len(results)} of {n} callbacks completed"
     assert sorted(results, key=str) == sorted((i + 100 for i in range(n)), key=str)
     assert ex.submit(rh.ident, 7).result(timeout=10) == 7
+
+
+# ======================================== 26. an interrupt the task swallows
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["deadline", "interrupt"])
+def test_a_swallowed_interrupt_is_raised_again_until_the_task_stops(how):
+    """An Interrupted can land where Python swallows it (a weakref callback run
+    during an import: "Exception ignored in ..."), or user code can catch it: the
+    watchdog raises it again while the task runs, so its worker ends and the
+    process can exit (it used to spin for ever, keeping the process alive)."""
+    prefix = f"swallow-{how}"
+    ex = InterpreterPoolExecutor(1, thread_name_prefix=prefix, interrupt_grace=0.2)
+    try:
+        if how == "deadline":
+            f = ex.schedule(rh.swallow_interrupts_then_spin, (3,), timeout=0.05)
+            assert isinstance(f.exception(timeout=20), TimeoutError)
+        else:
+            f = ex.submit(rh.swallow_interrupts_then_spin, 3)
+            while not f.running():
+                ex.submit(rh.ident, 0).result(timeout=20)
+            assert ex.interrupt(f)
+        assert ex.submit(rh.ident, 5).result(timeout=20) == 5
+    finally:
+        ex.shutdown(wait=True)
+    for t in [t for t in threading.enumerate() if t.name.startswith(prefix)]:
+        t.join(30)
+        assert not t.is_alive(), f"{t.name} still runs: the task was never stopped"
