@@ -142,7 +142,7 @@ def run_plan(plan: Any) -> Any:
     return _eval(plan, None)
 
 
-def apply(func: Any, args: Any, kwargs: Any = None) -> Any:
+def apply_stand_in(func: Any, args: Any, kwargs: Any = None) -> Any:
     """Stand-in for ``dask.utils.apply`` (which would import dask in the worker)."""
     if kwargs:
         return func(*args, **kwargs)

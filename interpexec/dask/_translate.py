@@ -19,7 +19,7 @@ from dask.utils import apply as dask_apply  # type: ignore[import-not-found,impo
 
 from ._common import UnsupportedDistributedError
 from ._detect import Runner
-from ._plan import Apply, Build, Graph, Local, apply, build, is_plain
+from ._plan import Apply, Build, Graph, Local, apply_stand_in, build, is_plain
 
 try:
     from dask import _task_spec as ts  # type: ignore[import-not-found,import-untyped,unused-ignore]
@@ -107,7 +107,7 @@ def _make_apply(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> App
         fkw = args[2] if len(args) == 3 else None
         if is_plain(fn) and type(fargs) in (list, tuple) and (fkw is None or type(fkw) is dict):
             return Apply(fn, tuple(fargs), dict(fkw or {}))
-        return Apply(apply, args, {})
+        return Apply(apply_stand_in, args, {})
     return Apply(func, args, kwargs)
 
 
