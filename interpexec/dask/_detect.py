@@ -44,7 +44,7 @@ class Runner:
 
 @functools.cache
 def load() -> Runner:
-    """The installed distributed's :class:`Runner` (worked out once).
+    """The installed distributed's :class:`Runner` (worked out by the first call that succeeds).
 
     Raises :class:`UnsupportedDistributedError` when ``Worker.execute`` does not
     hand tasks to a non-thread-pool executor the way interpexec.dask understands.
