@@ -62,6 +62,8 @@ def dk():
     import distributed.worker
     from dask.sizeof import sizeof
 
+    from interpexec.dask import _detect
+
     try:
         from dask import _task_spec
     except ImportError:
@@ -77,7 +79,9 @@ def dk():
         LocalCluster=distributed.LocalCluster,
         get_task_stream=distributed.get_task_stream,
         Plugin=idask.InterpreterWorkerPlugin,
-        shape=idask._load().shape,
+        shape=_detect.load().shape,
+        exception_key=_detect.load().exception_key,
+        detect_shape=_detect.detect_shape,
     )
     try:
         with dask.config.set(CONFIG):
@@ -178,7 +182,7 @@ def test_legacy_result_dict_matches_distributed_runner(dk, task_executor, name):
         assert_same_success(ours, theirs)
     else:
         assert ours["exception_text"] == theirs["exception_text"]
-        assert type(ours[idask._D.exception_key]) is type(theirs[idask._D.exception_key])
+        assert type(ours[dk.exception_key]) is type(theirs[dk.exception_key])
 
 
 @pytest.mark.timeout(60)
@@ -186,7 +190,7 @@ def test_tasks_run_in_a_subinterpreter_without_dask(dk, task_spec, task_executor
     ts = task_spec
     ours = task_executor.submit(dk.dw._run_task_simple, ts.Task("k", h.interp_id), {}, 0.0).result(timeout=30)
     assert ours["result"] != 0
-    # A nested task travels as a plan (interpexec.dask._run_plan); the interpreter
+    # A nested task travels as a plan (interpexec.dask._plan.run_plan); the interpreter
     # running it still imports neither dask nor distributed.
     nested = ts.Task("k", h.identity, ts.Task(None, h.dask_modules))
     ours = task_executor.submit(dk.dw._run_task_simple, nested, {}, 0.0).result(timeout=30)
@@ -199,7 +203,7 @@ def test_failure_dict_matches_distributed_runner(dk, task_spec, task_executor):
     assert set(ours) == set(theirs)
     assert ours["op"] == theirs["op"] == "task-erred"
     assert ours["status"] == "error"
-    assert type(ours[idask._D.exception_key]) is h.TaskFailed
+    assert type(ours[dk.exception_key]) is h.TaskFailed
     assert ours["exception_text"] == theirs["exception_text"]
     # The traceback is the task's own frames, not interpexec's machinery.
     assert "_fail_inner" in ours["traceback_text"]
@@ -224,15 +228,15 @@ def test_unknown_task_node_fails_that_task_clearly(dk, task_spec, task_executor)
 
     ours = task_executor.submit(dk.dw._run_task_simple, Weird(), {}, 0.0).result(timeout=30)
     assert ours["op"] == "task-erred"
-    assert isinstance(ours[idask._D.exception_key], UnsupportedDistributedError)
-    assert "Weird" in str(ours[idask._D.exception_key])
+    assert isinstance(ours[dk.exception_key], UnsupportedDistributedError)
+    assert "Weird" in str(ours[dk.exception_key])
 
     # An error while preparing the task (here: a dependency missing from data)
     # fails that task with its own traceback.
     task = task_spec.Task("k", h.inc, task_spec.TaskRef("missing"))
     ours = task_executor.submit(dk.dw._run_task_simple, task, {}, 0.0).result(timeout=30)
     assert ours["op"] == "task-erred"
-    assert isinstance(ours[idask._D.exception_key], KeyError)
+    assert isinstance(ours[dk.exception_key], KeyError)
     assert "_convert" in ours["traceback_text"]
 
 
@@ -243,8 +247,8 @@ def test_unsupported_distributed_is_refused_loudly(dk):
 
     fake = types.SimpleNamespace(Worker=types.SimpleNamespace(execute=execute))
     with pytest.raises(UnsupportedDistributedError, match=r"does not support distributed 9999\.1"):
-        idask._detect_shape(fake, "9999.1")
-    shape, runner, exception_key = idask._detect_shape(dk.dw, dk.distributed.__version__)
+        dk.detect_shape(fake, "9999.1")
+    shape, runner, exception_key = dk.detect_shape(dk.dw, dk.distributed.__version__)
     assert (shape, runner) in (
         ("task-spec", getattr(dk.dw, "_run_task_simple", None)),
         ("legacy", getattr(dk.dw, "apply_function_simple", None)),
@@ -260,7 +264,7 @@ def test_unsupported_distributed_is_refused_loudly(dk):
 
     fake = types.SimpleNamespace(Worker=types.SimpleNamespace(execute=execute2), _run_task_simple=_run_task_simple)
     with pytest.raises(UnsupportedDistributedError, match="result dict"):
-        idask._detect_shape(fake, "9999.2")
+        dk.detect_shape(fake, "9999.2")
 
 
 @pytest.mark.timeout(30)
