@@ -43,11 +43,25 @@ def _executor_list(text: str) -> list[str]:
     return [kind for kind in EXECUTORS if kind in names]
 
 
+def _prog() -> str:
+    """The program as it was invoked: ``python -m interpexec`` (named after the
+    interpreter that runs it), else the script's name (the ``interpexec`` console
+    script)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name == "interpexec.__main__":
+        return f"{os.path.basename(sys.executable) or 'python'} -m interpexec"
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return script if script not in ("", "-c") else "interpexec"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
-        prog="python -m interpexec",
+        prog=_prog(),
         description="interpexec: CPU-bound Python in parallel on a pool of subinterpreters.",
     )
+    parser.add_argument("--version", action="version", version=f"interpexec {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
