@@ -8,6 +8,6 @@ ProcessPoolExecutor, ThreadPoolExecutor and the stdlib InterpreterPoolExecutor.
     report.py   medians, targets, the tables and the plot
     cli.py      the command line and the run as a whole
 
-Every module imports only built-in modules at the top: child processes import
-this package, and so do their process pools' workers.
+config.py and child.py (and _tasks) import only built-in modules at the top: they
+are all a child process imports, and its process pool's workers import them too.
 """
