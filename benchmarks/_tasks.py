@@ -1,17 +1,78 @@
 """Task functions of the benchmark scripts in this directory.
 
-Workers import this module by name (the parent's sys.path includes this
-directory), so it imports only ``time``: some stdlib modules (faulthandler on
-3.13, for one) refuse to load in isolated subinterpreters.
+Worker interpreters and processes import this module by name, by reference (never
+from ``__main__``): the scripts run from this directory, which is first on
+``sys.path`` in every interpreter of the process (and ``bench.py`` puts it on its
+children's ``PYTHONPATH``).  It imports only built-in modules: some stdlib modules
+(faulthandler on 3.13, for one) refuse to load in isolated subinterpreters, and
+importing it must add almost nothing to a worker's memory, so that per-worker
+figures measure the executors, not this file.
 """
 
 from __future__ import annotations
 
+import _thread
+import os
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+
+def noop() -> None:
+    """A task that does nothing (round trip and throughput)."""
+
+
+def inc(x: int) -> int:
+    """The trivial per-item function of the ``map`` benchmark."""
+    return x + 1
+
+
+def identity[T](x: T) -> T:
+    """Echo a payload back (the 16 MiB echo)."""
+    return x
+
+
+def cpu_work(n: int) -> int:
+    """A pure-Python CPU-bound loop; runs under the GIL of whoever calls it."""
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+def calibrate_cpu(seconds: float) -> int:
+    """Loop length for which ``cpu_work`` takes about ``seconds`` here (called in
+    the parent, before any measurement)."""
+    n = 20_000
+    while True:
+        t0 = time.perf_counter()
+        cpu_work(n)
+        dt = time.perf_counter() - t0
+        if dt >= 0.03:
+            break
+        n *= 2
+    best = dt
+    for _ in range(2):
+        t0 = time.perf_counter()
+        cpu_work(n)
+        best = min(best, time.perf_counter() - t0)
+    return max(1, round(n * seconds / best))
+
+
+def whoami() -> tuple[int, int]:
+    """Identify the worker: (process id, OS thread id)."""
+    return os.getpid(), _thread.get_ident()
+
+
+def busy_whoami(seconds: float) -> tuple[int, int]:
+    """Keep a worker busy for ``seconds`` (so the pool has to start every worker),
+    then identify it."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    return whoami()
 
 
 def spin(times: Any, index: int) -> int:

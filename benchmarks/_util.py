@@ -101,18 +101,67 @@ def status(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def precompile_interpexec() -> str | None:
-    """As ``python -m interpexec bench`` does: with PYTHONDONTWRITEBYTECODE set,
-    write interpexec's bytecode caches once, so that worker interpreters do not
-    compile its modules from source.  Returns a note for the output, or None."""
-    if not sys.flags.dont_write_bytecode:
+def _prepend_path(entry: str) -> None:
+    """Put ``entry`` first on sys.path and on PYTHONPATH (which child processes,
+    and the worker interpreters they start, inherit)."""
+    sys.path.insert(0, entry)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (entry, os.environ.get("PYTHONPATH")) if p)
+
+
+def _has_bytecode(pkg: str) -> bool:
+    """Whether every module of the package at ``pkg`` has an up-to-date bytecode cache."""
+    import importlib.util
+
+    for folder, dirs, files in os.walk(pkg):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                source = os.path.join(folder, name)
+                try:
+                    if os.stat(importlib.util.cache_from_source(source)).st_mtime < os.stat(source).st_mtime:
+                        return False
+                except OSError:
+                    return False
+    return True
+
+
+def setup_interpexec() -> str | None:
+    """Decide which interpexec this process, its worker interpreters and its child
+    processes import; call it before importing interpexec.  Returns a note for the
+    output, or None.
+
+    Without an installed interpexec, the checkout's is used.  An installation has
+    bytecode caches (pip writes them); a checkout run with PYTHONDONTWRITEBYTECODE
+    set has none and writes none, so every worker interpreter would compile
+    interpexec's modules from source, which inflates cold start and memory figures.
+    Then a compiled copy of the package, in a temporary directory removed at exit,
+    goes first on sys.path and PYTHONPATH: nothing is written into the package."""
+    import importlib.util
+
+    if "interpexec" in sys.modules:
+        raise RuntimeError("setup_interpexec() must run before interpexec is imported")
+    spec = importlib.util.find_spec("interpexec")
+    if spec is None:  # a checkout without interpexec installed: use the checkout
+        _prepend_path(os.path.dirname(HERE))
+        spec = importlib.util.find_spec("interpexec")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("interpexec is neither installed nor in this checkout")
+    pkg = next(iter(spec.submodule_search_locations))
+    if not sys.flags.dont_write_bytecode or _has_bytecode(pkg):
         return None
+    import atexit
     import compileall
+    import shutil
+    import tempfile
 
-    import interpexec
-
-    pkg = os.path.dirname(os.path.abspath(interpexec.__file__ or ""))
-    ok = compileall.compile_dir(pkg, quiet=2)
-    if ok:
-        return f"bytecode: PYTHONDONTWRITEBYTECODE is set; precompiled interpexec into {pkg}/__pycache__ first"
-    return f"bytecode: PYTHONDONTWRITEBYTECODE is set and {pkg} could not be precompiled"
+    tmp = tempfile.mkdtemp(prefix="interpexec-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
+    copy = os.path.join(tmp, "interpexec")
+    shutil.copytree(pkg, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    if not compileall.compile_dir(copy, quiet=2):
+        return f"bytecode: PYTHONDONTWRITEBYTECODE is set, {pkg} lacks caches and its copy failed to compile"
+    _prepend_path(tmp)
+    return (
+        f"bytecode: PYTHONDONTWRITEBYTECODE is set and {pkg} lacks bytecode caches: measuring a compiled copy "
+        f"in {tmp} (as an installation has them; removed at exit)"
+    )

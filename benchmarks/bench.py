@@ -1,30 +1,23 @@
 """Compare interpexec's InterpreterPoolExecutor with the standard executors.
 
     python benchmarks/bench.py [--workers N] [--rounds R] [--quick] [--executors LIST]
-                               [--json PATH] [--plot PATH]
+                               [--json PATH] [--plot PATH] [--timeout SECONDS] [--strict]
 
-A thin wrapper around ``python -m interpexec bench`` (the code lives in
-``interpexec/_bench.py``, so an installed package can run it too) that writes the
-JSON to ``benchmarks/results/bench-VERSION.json`` unless ``--json`` says otherwise.
-``--help`` lists the metrics and the options.
+The harness lives in ``benchmarks/harness/`` (see its ``__init__``); the tasks in
+``benchmarks/_tasks.py``.  Writes the JSON to ``benchmarks/results/bench-VERSION.json``
+unless ``--json`` says otherwise.  ``--help`` lists the metrics and the options.
+(``interpexec bench``, in the installed package, is a much smaller self-check.)
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
-try:
-    from interpexec import _bench
-except ImportError:  # a checkout without interpexec installed: use the checkout
-    _root = os.path.dirname(_HERE)
-    sys.path.insert(0, _root)
-    # The measurements run in child processes (python -m interpexec._bench): they
-    # need to find the package too.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_root, os.environ.get("PYTHONPATH")) if p)
-    from interpexec import _bench
+import _util
 
 if __name__ == "__main__":
-    sys.exit(_bench.main(prog="benchmarks/bench.py", default_json_dir=os.path.join(_HERE, "results")))
+    # Before anything imports interpexec: which one, with bytecode caches.
+    note = _util.setup_interpexec()
+    from harness import cli
+
+    sys.exit(cli.main(default_json_dir=_util.RESULTS, bytecode_note=note))

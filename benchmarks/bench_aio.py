@@ -36,9 +36,9 @@ import os
 import sys
 import time
 
-# The tasks, as the main benchmark's (workers import them from there by reference).
-from interpexec._bench import calibrate_cpu
-from interpexec._bench_workloads import cpu_work, noop
+# The tasks, as the main benchmark's (workers import _tasks by name: the script's
+# directory is first on sys.path in every interpreter of the process).
+from _tasks import calibrate_cpu, cpu_work, noop
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -40,9 +40,9 @@ import sys
 import time
 
 # The task and its calibration are the main benchmark's: workers import
-# ``interpexec._bench_workloads.cpu_work`` by reference.
-from interpexec._bench import calibrate_cpu
-from interpexec._bench_workloads import cpu_work
+# ``_tasks.cpu_work`` by reference (Dask's worker processes get this script's
+# sys.path, hence this directory, from multiprocessing).
+from _tasks import calibrate_cpu, cpu_work
 
 CONFIGS = {
     "threads": "Dask threads (1 worker x 2 threads)",

@@ -127,11 +127,11 @@ def main() -> int:
     if n < 1 or args.timeout <= 0:
         parser.error("--tasks and --timeout must be positive")
 
+    note = _util.setup_interpexec()  # before interpexec is imported
     import interpexec
 
     faulthandler.enable()
     faulthandler.dump_traceback_later(600 + n * (args.timeout + 0.1) * 2, exit=True)
-    note = _util.precompile_interpexec()
     print(_util.header("interpexec interruption latency") + (" [quick]" if args.quick else ""), flush=True)
     if note:
         print(note, flush=True)

@@ -32,8 +32,6 @@ from typing import Any
 import _tasks
 import _util
 
-from interpexec import _bench_workloads as workloads
-
 MIB = _util.MIB
 PEAK_TARGET = 0.10
 
@@ -43,7 +41,7 @@ def echo_ms(ex: Any, arg: Any, payload: bytes, reps: int, expect_view: bool) -> 
     times = []
     for i in range(reps + 1):  # the first call warms up and is not timed
         t0 = time.perf_counter()
-        out = ex.submit(workloads.identity, arg).result()
+        out = ex.submit(_tasks.identity, arg).result()
         elapsed = time.perf_counter() - t0
         if i:
             times.append(elapsed * 1e3)
@@ -147,11 +145,11 @@ def main() -> int:
         parser.error("--reps must be >= 1")
     big = (32 if args.quick else 256) * MIB
 
+    note = _util.setup_interpexec()  # before interpexec is imported
     import interpexec
 
     faulthandler.enable()
     faulthandler.dump_traceback_later(900, exit=True)
-    note = _util.precompile_interpexec()
     print(_util.header("interpexec share()") + (" [quick]" if args.quick else ""), flush=True)
     if note:
         print(note, flush=True)
@@ -177,7 +175,7 @@ def main() -> int:
     if StdlibPool is not None:
         print("  16 MiB echo: stdlib ...", file=sys.stderr, flush=True)
         with StdlibPool(2) as std:
-            for f in [std.submit(workloads.noop) for _ in range(4)]:
+            for f in [std.submit(_tasks.noop) for _ in range(4)]:
                 f.result()
             echo["stdlib_bytes"] = echo_ms(std, payload, payload, reps, expect_view=False)
     faulthandler.cancel_dump_traceback_later()

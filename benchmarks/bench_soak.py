@@ -29,10 +29,8 @@ import time
 from concurrent.futures import as_completed
 from typing import Any
 
+import _tasks as workloads
 import _util
-
-import interpexec
-from interpexec import _bench_workloads as workloads
 
 BATCH = 10_000
 GROWTH_TARGET_MIB = 20.0
@@ -71,6 +69,8 @@ class Progress:
 def noop_phase(workers: int, total: int) -> dict[str, Any]:
     """``total`` no-op tasks on one pool, in batches."""
     samples: list[dict[str, Any]] = []
+    import interpexec  # imported by main(), after _util.setup_interpexec()
+
     ex = interpexec.InterpreterPoolExecutor(workers)
     ex.prestart()
     # Warm-up (not counted): first imports, caches and allocator arenas.
@@ -123,6 +123,8 @@ def noop_phase(workers: int, total: int) -> dict[str, Any]:
 def recycle_phase(workers: int, total: int) -> dict[str, Any]:
     """``total`` tasks with max_tasks_per_child=1: one fresh interpreter per task."""
     samples: list[dict[str, Any]] = []
+    import interpexec
+
     ex = interpexec.InterpreterPoolExecutor(workers, max_tasks_per_child=1)
     warm = min(100, total // 10 or 1)
     for fut in [ex.submit(workloads.whoami) for _ in range(warm)]:
@@ -218,7 +220,9 @@ def main() -> int:
     # A hang dumps every thread's stack (faulthandler: safe with subinterpreters)
     # and exits instead of waiting forever.
     faulthandler.dump_traceback_later(3600 if not args.quick else 300, exit=True)
-    note = _util.precompile_interpexec()
+    note = _util.setup_interpexec()  # before interpexec is imported
+    import interpexec  # noqa: F401  (the phases use it: imported before the baseline below)
+
     print(_util.header("interpexec soak") + (" [quick]" if args.quick else ""), flush=True)
     if note:
         print(note, flush=True)

@@ -1,4 +1,5 @@
-"""python -m interpexec: demo, doctor, info, and bad arguments."""
+"""python -m interpexec and the interpexec console script: demo, doctor, info, --version, the
+program name in usage lines, and bad arguments."""
 
 from __future__ import annotations
 
@@ -139,3 +140,53 @@ def test_help(command):
     proc = cli(command, "--help")
     assert proc.returncode == 0
     assert "usage:" in proc.stdout
+
+
+def console_script() -> str:
+    """The ``interpexec`` console script that installing the package put next to
+    this interpreter (run with PYTHONPATH set, it imports this checkout)."""
+    script = os.path.join(os.path.dirname(sys.executable), "interpexec")
+    assert os.path.isfile(script), f"no console script at {script}: install the package (pip install -e .)"
+    return script
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([console_script(), *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def checkout_version() -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import interpexec; print(interpexec.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.mark.timeout(60)
+def test_version_as_module_and_as_console_script():
+    version = checkout_version()
+    for proc in (cli("--version"), run_script("--version")):
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"interpexec {version}\n", "")
+
+
+@pytest.mark.timeout(60)
+def test_usage_names_the_program_as_invoked():
+    as_module = f"{os.path.basename(sys.executable)} -m interpexec"
+    proc = cli("--help")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith(f"usage: {as_module} [-h] [--version] COMMAND")
+    proc = run_script("--help")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: interpexec [-h] [--version] COMMAND")
+    # Subcommands and errors too.
+    assert run_script("bench", "--help").stdout.startswith("usage: interpexec bench ")
+    assert cli("info", "--help").stdout.startswith(f"usage: {as_module} info ")
+    proc = run_script("nosuchcommand")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: interpexec ")
+    assert "\ninterpexec: error: argument COMMAND: invalid choice: 'nosuchcommand'" in proc.stderr
