@@ -1,5 +1,6 @@
 """Sessions: ``nox -s tests-3.13`` (per Python), ``stress-3.13`` (the randomised stress
-test, long), ``crashhunt-3.13``, ``compat-3.13``, ``bench``, ``demo``, ``lint``, ``docs``.
+test, long), ``crashhunt-3.13``, ``compat-3.13``, ``bench``, ``demo``, ``lint``, ``docs``,
+``package``.
 
 Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carries
 3.14 and 3.15 on machines whose own Pythons stop at 3.13.
@@ -81,8 +82,22 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "--strict", "interpexec")
 
 
-@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
+@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0], reuse_venv=False)
 def docs(session: nox.Session) -> None:
-    """The Sphinx site, warnings as errors."""
-    session.install("-e", ".", "-r", "docs/requirements.txt")
+    """The Sphinx site as docs/requirements.txt documents it (a fresh venv, warnings
+    as errors, an empty output folder); then every API section must have entries."""
+    session.install("-r", "docs/requirements.txt")
+    shutil.rmtree("docs/_build/html", ignore_errors=True)
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+    session.run("python", "-m", "tests.docs_helpers", "check-api", "docs/_build/html")
+
+
+@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
+def package(session: nox.Session) -> None:
+    """The sdist and the wheel, built into an empty folder: both carry LICENSE, and
+    the sdist everything its tests and noxfile.py use."""
+    session.install("build")
+    out = os.path.join(session.create_tmp(), "dist")
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", out)
+    session.run("python", "-m", "tests.docs_helpers", "check-dist", out)
