@@ -101,13 +101,15 @@ def all_blocks() -> list[Block]:
 
 
 def console_commands(block: Block) -> list[str]:
-    """The commands of a shell block, without comments, prompts or blank lines."""
+    """The commands of a shell block (without comments, prompts or blank lines),
+    or those a ``text`` block shows after a ``$`` prompt."""
     commands = []
     for line in block.text.splitlines():
         line = line.split(" #", 1)[0].strip()
-        if line.startswith("$ "):
+        prompted = line.startswith("$ ")
+        if prompted:
             line = line[2:]
-        if line and not line.startswith("#"):
+        if line and not line.startswith("#") and (prompted or block.is_console):
             commands.append(line)
     return commands
 

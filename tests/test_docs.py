@@ -15,8 +15,9 @@ reads them):
   pair, a continuation of an earlier block, names that stand for the reader's
   own) is marked on the line just before its fence with
   ``<!-- fragment: the reason -->``, which renders as nothing.
-- In ``sh`` blocks, the commands of this project must exist: ``./dev X``,
-  ``nox -s X``, ``python -m interpexec X`` and ``python path/in/the/repo.py``.
+- In ``sh`` blocks (and after a ``$`` prompt in ``text`` blocks), the commands of
+  this project must exist: ``./dev X``, ``nox -s X``, ``python -m interpexec X``
+  and ``python path/in/the/repo.py``.
 
 Also: README.md links only to absolute URLs (it is shown on package indexes,
 without the repository), and its links into the documentation name pages and
@@ -58,7 +59,7 @@ def _unique(blocks: list[Block]) -> list[Block]:
 RUNNABLE = _unique([b for b in BLOCKS if b.is_python and b.fragment is None])
 SCRIPTS = [b for b in RUNNABLE if not b.text.lstrip().startswith(">>>")]
 SESSIONS = [b for b in RUNNABLE if b.text.lstrip().startswith(">>>")]
-CONSOLE = [b for b in BLOCKS if b.is_console]
+CONSOLE = [b for b in BLOCKS if b.is_console or (b.language == "text" and docs_helpers.console_commands(b))]
 
 
 def _env() -> dict[str, str]:
