@@ -8,8 +8,10 @@ Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carri
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import tarfile
 
 import nox
 
@@ -95,9 +97,19 @@ def docs(session: nox.Session) -> None:
 @nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
 def package(session: nox.Session) -> None:
     """The sdist and the wheel, built into an empty folder: both carry LICENSE, and
-    the sdist everything its tests and noxfile.py use."""
+    the sdist everything its tests and noxfile.py use; some of those tests then run
+    from the unpacked sdist."""
     session.install("build")
-    out = os.path.join(session.create_tmp(), "dist")
-    shutil.rmtree(out, ignore_errors=True)
+    tmp = session.create_tmp()
+    out, unpacked = os.path.join(tmp, "dist"), os.path.join(tmp, "sdist")
+    for folder in (out, unpacked):
+        shutil.rmtree(folder, ignore_errors=True)
     session.run("python", "-m", "build", "--outdir", out)
     session.run("python", "-m", "tests.docs_helpers", "check-dist", out)
+    (sdist,) = glob.glob(os.path.join(out, "*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(unpacked, filter="data")
+    src = os.path.join(unpacked, os.path.basename(sdist)[: -len(".tar.gz")])
+    session.install(f"{src}[test]")
+    session.chdir(src)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_docs.py", "tests/test_cli.py")
