@@ -1,5 +1,6 @@
 """Sessions: ``nox -s tests-3.13`` (per Python), ``stress-3.13`` (the randomised stress
-test, long), ``crashhunt-3.13``, ``compat-3.13``, ``bench``, ``demo``, ``lint``, ``docs``.
+test, long), ``crashhunt-3.13``, ``compat-3.13``, ``bench``, ``demo``, ``lint``, ``docs``,
+``package``.
 
 Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carries
 3.14 and 3.15 on machines whose own Pythons stop at 3.13.
@@ -7,8 +8,10 @@ Use ``./dev`` for the full matrix: it adds the Debian unstable chroot that carri
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import tarfile
 
 import nox
 
@@ -81,8 +84,32 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "--strict", "interpexec")
 
 
-@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
+@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0], reuse_venv=False)
 def docs(session: nox.Session) -> None:
-    """The Sphinx site, warnings as errors."""
-    session.install("-e", ".", "-r", "docs/requirements.txt")
+    """The Sphinx site as docs/requirements.txt documents it (a fresh venv, warnings
+    as errors, an empty output folder); then every API section must have entries."""
+    session.install("-r", "docs/requirements.txt")
+    shutil.rmtree("docs/_build/html", ignore_errors=True)
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+    session.run("python", "-m", "tests.docs_helpers", "check-api", "docs/_build/html")
+
+
+@nox.session(python=_available(PYTHONS)[:1] or PYTHONS[0])
+def package(session: nox.Session) -> None:
+    """The sdist and the wheel, built into an empty folder: both carry LICENSE, and
+    the sdist everything its tests and noxfile.py use; some of those tests then run
+    from the unpacked sdist."""
+    session.install("build")
+    tmp = session.create_tmp()
+    out, unpacked = os.path.join(tmp, "dist"), os.path.join(tmp, "sdist")
+    for folder in (out, unpacked):
+        shutil.rmtree(folder, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", out)
+    session.run("python", "-m", "tests.docs_helpers", "check-dist", out)
+    (sdist,) = glob.glob(os.path.join(out, "*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(unpacked, filter="data")
+    src = os.path.join(unpacked, os.path.basename(sdist)[: -len(".tar.gz")])
+    session.install(f"{src}[test]")
+    session.chdir(src)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_docs.py", "tests/test_cli.py")

@@ -1,9 +1,14 @@
 """Sphinx configuration for interpexec's documentation (MyST markdown pages).
 
-Build (warnings are errors)::
+Build (warnings are errors; ``nox -s docs`` does exactly this, then checks that
+every API section has its entries: ``python -m tests.docs_helpers check-api``)::
 
-    pip install -r docs/requirements.txt -e .
+    pip install -r docs/requirements.txt
+    rm -rf docs/_build/html
     sphinx-build -W --keep-going -b html docs docs/_build/html
+
+interpexec itself is imported from this checkout (not installed), so
+docs/requirements.txt names what its API reference imports.
 """
 
 from __future__ import annotations
