@@ -15,8 +15,15 @@ How a call travels (modules named in brackets)::
       -> result Channel -> resolver         [_resolver]  settles the PoolFuture [_future]
     messages between interpreters           [_protocol]  named kinds, settings as data
     errors: remote traceback as __cause__   [_errors]
+    blocking and waking: pipes, poll(), one free list                        [_wakeup]
+    result() / event loops wait on a pipe of their own (a shortcut)          [_waiting]
     deadlines, interrupt(): a watchdog thread inside each worker interpreter [_watchdog]
     shutdown, terminate, exit, Ctrl-C, os.fork()                             [_stopping]
+
+Around the core: ``aio`` (async), ``dask/`` (a package: the worker-side plan
+evaluator, translation of distributed's tasks, the plugin), ``_queue``
+(``interpexec.Queue``), ``_shared`` (``share()``), ``_doctor*``/``_demo``/``_bench``
+(the command line, ``__main__``).
 
 See docs/architecture.md for the full diagram.
 
@@ -37,6 +44,7 @@ __all__ = [
     "RemoteError",
     "RemoteTraceback",
     "Shared",
+    "Watch",
     "__version__",
     "get_reusable_executor",
     "share",
@@ -49,6 +57,7 @@ if TYPE_CHECKING:
     from ._reusable import get_reusable_executor
     from ._shared import Shared, share
     from ._state import BrokenInterpreterPool
+    from ._waiting import Watch
 
 _LAZY = {
     "BrokenInterpreterPool": "._state",
@@ -60,6 +69,7 @@ _LAZY = {
     "get_reusable_executor": "._reusable",
     "Shared": "._shared",
     "share": "._shared",
+    "Watch": "._waiting",
 }
 
 

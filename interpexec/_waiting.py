@@ -35,12 +35,18 @@ class Watch:
     (:meth:`InterpreterPoolExecutor.watch`).  Use as a context manager, or call
     :meth:`close`."""
 
-    __slots__ = ("_item", "_pipe", "_pool", "fd", "future")
+    __slots__ = {
+        "_item": "",
+        "_pipe": "",
+        "_pool": "",
+        "fd": "The read end of the pipe: readable when the future may be done.",
+        "future": "The future watched.",
+    }
 
     def __init__(self, pool: Waiting, future: PoolFuture[Any], item: WorkItem, pipe: tuple[int, int]) -> None:
         self._pool, self.future, self._item = pool, future, item
         self._pipe: tuple[int, int] | None = pipe
-        self.fd = pipe[0]  #: readable when the future may be done
+        self.fd = pipe[0]
 
     def check(self) -> bool:
         """Read the wake-up and deliver every queued result (in this thread); True

@@ -26,7 +26,9 @@ every backend anyio supports (asyncio and trio), with or without an anyio runner
   yet and *interrupts* it if it is running (:meth:`InterpreterPoolExecutor.interrupt`:
   an exception is raised inside the task, so its ``finally`` blocks run).  The
   caller sees its cancellation at once; the worker stops in the background.
-  (``loop.run_in_executor(pool, ...)`` on an interpexec pool does the same.)
+  (``loop.run_in_executor(pool, ...)`` does the same only on a pool made with
+  ``InterpreterPoolExecutor(interrupt_on_cancel=True)``; otherwise, as with the
+  standard executors, cancelling it leaves a running call to finish.)
 """
 
 from __future__ import annotations
