@@ -170,14 +170,19 @@ def _serve(
     fixup = MainFixup(settings.main_path, settings.main_name)
     fn_cache: dict[bytes, Callable[..., Any]] = {}
 
-    def load(blob: bytes) -> Any:
+    def fixed[A](unpickle: Callable[[A], Any], data: A) -> Any:
+        """``unpickle(data)``, once more after the ``__main__`` fixup if that is
+        what it lacked."""
         try:
-            return loads(blob)
+            return unpickle(data)
         except BaseException as exc:  # anything unpickling raises: re-raised unless the fixup applies
             if not fixup.applies_to(exc):
                 raise
         fixup.apply()
-        return loads(blob)
+        return unpickle(data)
+
+    def load(blob: bytes) -> Any:
+        return fixed(loads, blob)
 
     def load_fn(blob: bytes) -> Callable[..., Any]:
         fn = fn_cache.get(blob)
@@ -189,13 +194,7 @@ def _serve(
         return fn
 
     def load_payload(enc: tuple[Any, ...]) -> Any:
-        try:
-            return decode(enc)
-        except BaseException as exc:  # anything unpickling raises: re-raised unless the fixup applies
-            if not fixup.applies_to(exc):
-                raise
-        fixup.apply()
-        return decode(enc)
+        return fixed(decode, enc)
 
     if settings.log_level is not None:
         LogForwarder(results, index, settings.log_level).arm()
