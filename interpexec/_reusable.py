@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from ._compat import release_if_owned
 from ._executor import InterpreterPoolExecutor
 
 __all__ = ["get_reusable_executor"]
@@ -12,7 +13,7 @@ __all__ = ["get_reusable_executor"]
 #: Default seconds an idle worker keeps its interpreter in the reusable pool.
 DEFAULT_IDLE_TIMEOUT = 300.0
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # (an RLock: release_if_owned can tell it is ours)
 _executor: InterpreterPoolExecutor | None = None
 _config: dict[str, Any] = {}
 
@@ -37,6 +38,14 @@ def get_reusable_executor(
     Do not call ``shutdown()`` on it unless you mean it for the whole process:
     the next call then creates a fresh one.
     """
+    try:
+        return _get(max_workers, idle_timeout, kwargs)
+    except BaseException:
+        release_if_owned(_lock)  # a Ctrl-C right after `with _lock:` acquired must not leave it held
+        raise
+
+
+def _get(max_workers: int | None, idle_timeout: float | None, kwargs: dict[str, Any]) -> InterpreterPoolExecutor:
     global _executor, _config
     with _lock:
         config = {"idle_timeout": idle_timeout, **kwargs}

@@ -60,7 +60,7 @@ class Watch:
         pipe, self._pipe = self._pipe, None
         if pipe is not None:
             self._pool.detach_waiter(self._item, pipe[1])
-            give_back(pipe, lent=True)
+            give_back(pipe)
 
     def __enter__(self) -> Watch:
         return self
@@ -83,7 +83,7 @@ class Waiting(Resolver):
             return None
         item = self.attach_waiter(fut, pipe[1], thread)
         if item is None:
-            give_back(pipe, lent=True)
+            give_back(pipe)
             return None
         return Watch(self, fut, item, pipe)
 

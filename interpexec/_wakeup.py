@@ -50,9 +50,11 @@ MAX_LENT = 64
 
 Pipe = tuple[int, int]
 
+# No lock: a Ctrl-C can land right after a ``with lock:`` acquired and leave the
+# lock held for ever (CPython's "with is not signal safe"), and these are used
+# from every waiting thread.  list.pop/append and set.add/discard are atomic.
 _free: list[Pipe] = []
-_lent = 0  # pipes out through try_borrow
-_lock = _compat.allocate_lock()
+_out: set[Pipe] = set()  # pipes out through try_borrow (a soft bound: racing borrowers may pass it by one)
 
 
 def new_pipe() -> Pipe:
@@ -112,47 +114,43 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> boo
 def borrow() -> Pipe:
     """A pipe from the free list (or a new one); raises OSError when none can be
     made.  Give it back with :func:`give_back`, never close it."""
-    with _lock:
-        if _free:
-            return _free.pop()
-    return new_pipe()
+    try:
+        return _free.pop()
+    except IndexError:
+        return new_pipe()
 
 
 def try_borrow() -> Pipe | None:
     """Like :func:`borrow` for a wake-up shortcut: None when :data:`MAX_LENT`
     pipes are out already or no descriptor is left (the caller then waits the
-    slower way).  Give it back with :func:`give_back` (``lent=True``)."""
-    global _lent
-    with _lock:
-        if _lent >= MAX_LENT:
-            return None
-        _lent += 1
-        if _free:
-            return _free.pop()
-    try:
-        return new_pipe()
-    except OSError:  # out of descriptors: the caller waits without a pipe
-        with _lock:
-            _lent -= 1
+    slower way)."""
+    if len(_out) >= MAX_LENT:
         return None
+    try:
+        pipe = _free.pop()
+    except IndexError:
+        try:
+            pipe = new_pipe()
+        except OSError:  # out of descriptors: the caller waits without a pipe
+            return None
+    _out.add(pipe)
+    return pipe
 
 
-def give_back(pipe: Pipe, *, lent: bool = False) -> None:
+def give_back(pipe: Pipe) -> None:
     """Return a pipe to the free list, with nothing pending in it."""
-    global _lent
     drain(pipe[0])
-    with _lock:
-        if lent:
-            _lent -= 1
-        _free.append(pipe)
+    _out.discard(pipe)
+    _free.append(pipe)
 
 
 def close_free() -> None:
     """Close the pipes on the free list.  Only when no worker of any pool exists
     any more (none can write to them then): the last pool to close calls it."""
-    with _lock:
-        pipes = _free[:]
-        _free.clear()
-    for r, w in pipes:
+    while True:
+        try:
+            r, w = _free.pop()
+        except IndexError:
+            return
         os.close(r)
         os.close(w)

@@ -145,7 +145,7 @@ async def test_wakeup_pipes_are_bounded_and_reused(pool):
             for i in range(200):
                 tg.start_soon(one, i)
     assert sorted(results) == sorted(list(range(1, 201)) * 3)
-    assert _wakeup._lent == 0
+    assert not _wakeup._out
     assert len(_wakeup._free) - free_before <= _wakeup.MAX_LENT
 
 
@@ -156,7 +156,7 @@ async def test_run_sync_on_a_shut_down_pool_raises_and_keeps_no_pipe():
     executor.shutdown()
     with pytest.raises(RuntimeError, match="shutdown"):
         await aio.run_sync(h.add, 1, 2, executor=executor)
-    assert _wakeup._lent == 0
+    assert not _wakeup._out
 
 
 @pytest.mark.anyio
