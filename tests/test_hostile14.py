@@ -85,7 +85,7 @@ def running(pool: interpexec.InterpreterPoolExecutor, fn, *args) -> cf.Future:
 def test_result_with_a_timeout_of_weeks_behaves_like_a_standard_future(pool):
     """BUG: ``fut.result(timeout=30 days)`` raises OverflowError("timeout is too
     large") while the task runs; a standard Future (Condition.wait) accepts it.
-    _wakeup.wait (interpexec/_wakeup.py:100) passes ``int(left * 1000)`` to
+    _wakeup.wait (interpexec/_wakeup.py:100, polled at :106) passes ``int(left * 1000)`` to
     poll(), whose limit is INT_MAX ms (24.8 days): clamp the wait (or loop)."""
     plain: cf.Future[int] = cf.Future()
     threading.Timer(0.05, plain.set_result, (1,)).start()
@@ -154,12 +154,12 @@ def test_an_idle_timeout_of_weeks_keeps_the_pool_usable(make_pool):
 
 @pytest.mark.timeout(60)
 def test_a_held_watch_does_not_starve_result_in_another_thread(make_pool):
-    """BUG: while a Watch on a running future is open but not yet checked (an
-    event loop busy elsewhere, or a selector loop that also waits on other
-    things), ``fut.result(timeout=...)`` in any other thread times out although
-    the task finished long ago.  The worker writes only to the watch's pipe
-    (wake_waiter in interpexec/_worker_main.py:280 sets woke=True, so the
-    resolver is not woken), and Waiting.wait_for (interpexec/_waiting.py:103)
+    """BUG: while a Watch on a running future is open and nobody checks it (its
+    holder is busy, or is itself the thread calling ``fut.result()``: ``w =
+    pool.watch(f); f.result(timeout=5)`` times out), ``fut.result(timeout=...)``
+    in any thread times out although the task finished long ago.  The worker writes only to the watch's pipe
+    (interpexec/_worker_main.py:343: the wake_waiter write sets woke=True, so the
+    resolver is not woken), and Waiting.wait_for (interpexec/_waiting.py:101)
     falls back to the Condition wait, which only the resolver would satisfy.
     concurrent.futures.wait()/as_completed() on the future starve the same way."""
     pool = make_pool(max_workers=1)
@@ -701,7 +701,7 @@ def test_a_forked_child_does_not_share_the_parents_wake_up_pipes():
     is in; without one it sleeps until some other result wakes the resolver
     (the worker wrote only to the stolen pipe).  The reverse loses a child's
     Queue wake-ups.  Nothing resets _wakeup._free / _lent (nor _queue._parked)
-    in the child: interpexec/_stopping.py:_after_fork_in_child (line ~219)
+    in the child: interpexec/_stopping.py:_after_fork_in_child (line 219)
     could close the child's copies of those descriptors and empty the lists."""
     code = """
         import os, queue, warnings
@@ -872,7 +872,7 @@ def test_bench_with_an_unwritable_json_path_is_a_bad_argument(tmp_path):
     every executor has been measured (a full run takes a minute), and the exit
     status is then 1, which docs/benchmarks.md reserves for "an executor
     failed"; bad arguments are documented as 2.  interpexec/_bench.py:run opens
-    the file at the very end (line ~240)."""
+    the file at the very end (line 245)."""
     missing = tmp_path / "no" / "such" / "dir" / "x.json"
     proc = _cli("bench", "--quick", "--executors", "thread", "--json", str(missing))
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -885,7 +885,7 @@ def test_bench_writes_no_bytecode_whatever_the_variable_says(tmp_path):
     "writes nothing else (no bytecode cache either, whatever
     PYTHONDONTWRITEBYTECODE says)", but without that variable its child
     processes (``[sys.executable, "-c", ...]`` in _bench._measure,
-    interpexec/_bench.py:~150, no ``-B``) and their worker interpreters write
+    interpexec/_bench.py:157, no ``-B``) and their worker interpreters write
     __pycache__ into the installed package (23 files on 3.13), even when the
     bench itself runs with ``python -B``."""
     site = tmp_path / "site"
