@@ -7,7 +7,12 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-import joblib  # type: ignore[import-not-found,import-untyped,unused-ignore]
+try:
+    import joblib  # type: ignore[import-not-found,import-untyped,unused-ignore]
+except ImportError as exc:
+    raise ImportError(
+        "interpexec.joblib needs joblib: pip install 'interpexec[joblib]'", name=exc.name, path=exc.path
+    ) from exc
 from joblib._parallel_backends import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
     AutoBatchingMixin,
     FallbackToBackend,
