@@ -223,7 +223,8 @@ def test_watch_in_a_selector_loop_sees_completion_interrupt_and_shutdown(make_po
     assert fut.cancelled()
     w.close()
     # shutdown(cancel_futures=True): a running task still finishes, its watch says so
-    fut = running(pool, h.announce_then_sleep, 0.2)
+    fut = running(pool, h.announce_then_sleep, 0.5)
+    other = running(pool, h.announce_then_sleep, 0.5)  # both workers busy: `later` stays queued
     w = pool.watch(fut)
     assert w is not None
     later = [pool.submit(h.identity, i) for i in range(30)]
@@ -232,6 +233,7 @@ def test_watch_in_a_selector_loop_sees_completion_interrupt_and_shutdown(make_po
     watch_until_done(w)
     w.close()
     assert fut.result(timeout=0) == "slept"
+    assert other.result(timeout=20) == "slept"
     assert any(f.cancelled() for f in later)
     assert all(f.cancelled() or f.result(timeout=20) == i for i, f in enumerate(later))
     assert pool.watch(fut) is None
