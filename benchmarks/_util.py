@@ -165,3 +165,39 @@ def setup_interpexec() -> str | None:
         f"bytecode: PYTHONDONTWRITEBYTECODE is set and {pkg} lacks bytecode caches: measuring a compiled copy "
         f"in {tmp} (as an installation has them; removed at exit)"
     )
+
+
+# ----------------------------------------------------------------- machine load
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy CPU seconds of the whole machine, of this process and its children),
+    or None without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    t = psutil.cpu_times()
+    machine = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    me = psutil.Process()
+    ours = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            c = proc.cpu_times()
+        except psutil.Error:
+            continue
+        ours += c.user + c.system
+    return machine, ours
+
+
+def wait_idle(max_busy: float, timeout: float) -> None:
+    """Wait (up to ``timeout`` s) until fewer than ``max_busy`` cores were busy over
+    the last second."""
+    deadline = time.monotonic() + timeout
+    while True:
+        before = cpu_seconds()
+        if before is None:
+            return
+        time.sleep(1.0)  # a measurement window, not synchronization
+        after = cpu_seconds()
+        assert after is not None
+        if after[0] - before[0] < max_busy or time.monotonic() > deadline:
+            return

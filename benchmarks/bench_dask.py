@@ -43,41 +43,13 @@ import time
 # ``_tasks.cpu_work`` by reference (Dask's worker processes get this script's
 # sys.path, hence this directory, from multiprocessing).
 from _tasks import calibrate_cpu, cpu_work
+from _util import cpu_seconds, wait_idle
 
 CONFIGS = {
     "threads": "Dask threads (1 worker x 2 threads)",
     "interpexec": "interpexec (1 worker x 2 subinterpreters)",
     "processes": "processes (2 workers x 1 thread)",
 }
-
-
-def _cpu_seconds() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine, of this process and its children)."""
-    import psutil  # a dependency of distributed
-
-    t = psutil.cpu_times()
-    machine = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-    me = psutil.Process()
-    ours = 0.0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            c = proc.cpu_times()
-        except psutil.Error:
-            continue
-        ours += c.user + c.system
-    return machine, ours
-
-
-def wait_idle(max_busy: float, timeout: float) -> float:
-    """Wait (up to ``timeout`` s) until the machine's busy cores, over 1 s, are below
-    ``max_busy``; returns the last reading."""
-    deadline = time.monotonic() + timeout
-    while True:
-        m0, _ = _cpu_seconds()
-        time.sleep(1.0)  # a measurement window, not synchronization
-        busy = _cpu_seconds()[0] - m0
-        if busy < max_busy or time.monotonic() > deadline:
-            return busy
 
 
 def run_config(name: str, size: int, tasks: int, max_foreign: float, attempts: int) -> tuple[float, float]:
@@ -105,11 +77,11 @@ def run_config(name: str, size: int, tasks: int, max_foreign: float, attempts: i
         client.gather(client.map(cpu_work, [size // 10] * 2, pure=False))  # warm: every thread ran a task
         for attempt in range(1, attempts + 1):
             wait_idle(max_foreign, timeout=300)
-            m0, o0 = _cpu_seconds()
+            m0, o0 = cpu_seconds()
             start = time.perf_counter()
             results = client.gather(client.map(cpu_work, [size] * tasks, pure=False))
             elapsed = time.perf_counter() - start
-            m1, o1 = _cpu_seconds()
+            m1, o1 = cpu_seconds()
             assert len(results) == tasks
             foreign = max(0.0, (m1 - m0) - (o1 - o0)) / elapsed
             if foreign <= max_foreign or attempt == attempts:

@@ -45,6 +45,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _util import cpu_seconds, wait_idle
+
 # Measure the interpexec of this checkout (children too, for the start-up runs).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -77,42 +79,6 @@ def calibrate(seconds: float) -> int:
             break
         n *= 2
     return max(1, round(n * seconds / dt))
-
-
-# ----------------------------------------------------------------- machine load
-def cpu_seconds() -> tuple[float, float] | None:
-    """(busy CPU seconds of the whole machine, of this process and its children),
-    or None without psutil."""
-    try:
-        import psutil
-    except ImportError:
-        return None
-    t = psutil.cpu_times()
-    machine = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-    me = psutil.Process()
-    ours = 0.0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            c = proc.cpu_times()
-        except psutil.Error:
-            continue
-        ours += c.user + c.system
-    return machine, ours
-
-
-def wait_idle(max_busy: float, timeout: float) -> None:
-    """Wait (up to ``timeout`` s) until fewer than ``max_busy`` cores were busy over
-    the last second."""
-    deadline = time.monotonic() + timeout
-    while True:
-        before = cpu_seconds()
-        if before is None:
-            return
-        time.sleep(1.0)  # a measurement window, not synchronization
-        after = cpu_seconds()
-        assert after is not None
-        if after[0] - before[0] < max_busy or time.monotonic() > deadline:
-            return
 
 
 def timed(run: Callable[[], object], max_foreign: float, attempts: int) -> tuple[float, float, object]:
