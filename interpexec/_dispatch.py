@@ -15,7 +15,7 @@ from concurrent.futures import _base
 from typing import Any
 
 from ._compat import queue_put
-from ._future import PoolFuture
+from ._future import PoolFuture, start_running
 from ._protocol import STOP
 from ._state import PoolState, WorkItem
 from ._transport import SKIP_WAKEUPS
@@ -46,7 +46,7 @@ class Dispatcher(PoolState):
             while pending and len(inflight) < self.window:
                 item = pending.popleft()
                 # (A cancelled future's callbacks already ran in cancel(): none run here.)
-                if not item.future.set_running_or_notify_cancel():
+                if not start_running(item.future):
                     item = None
                     continue
                 inflight[item.tid] = item

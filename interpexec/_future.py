@@ -6,6 +6,7 @@ from concurrent.futures import Future, _base
 from typing import Any, Protocol, TypeVar
 
 from ._compat import release_if_owned
+from ._wakeup import notify
 
 T = TypeVar("T")
 
@@ -21,6 +22,12 @@ class FutureOwner(Protocol):
 
 
 WAITABLE = (_base.PENDING, _base.RUNNING)
+_PENDING, _RUNNING, _CANCELLED, _NOTIFIED = (
+    _base.PENDING,
+    _base.RUNNING,
+    _base.CANCELLED,
+    _base.CANCELLED_AND_NOTIFIED,
+)
 
 
 class PoolFuture(Future[T]):
@@ -42,12 +49,32 @@ class PoolFuture(Future[T]):
     def cancel(self) -> bool:
         """Standard: cancels only work no worker has taken yet.  On a pool created
         with ``interrupt_on_cancel=True``, a running task is interrupted too (what
-        asyncio's cancellation of ``loop.run_in_executor`` expects)."""
-        if super().cancel():
+        asyncio's cancellation of ``loop.run_in_executor`` expects).
+
+        Unlike the standard executors' futures, a cancelled future counts as done
+        for ``concurrent.futures.wait()`` and ``as_completed()`` at once (they see
+        the standard ones only when the executor dequeues them, which after
+        ``shutdown(cancel_futures=True)`` is never)."""
+        if self.cancel_if_pending():
             return True
-        if self._ie_interrupt_on_cancel and self._state == _base.RUNNING:
+        if self._state in (_CANCELLED, _NOTIFIED):
+            return True
+        if self._ie_interrupt_on_cancel and self._state == _RUNNING:
             return self._ie_pool.interrupt(self)
         return False
+
+    def cancel_if_pending(self) -> bool:
+        """Cancel a future no worker has taken yet, and tell every waiter now
+        (the pool never starts it: the dispatcher skips it).  False otherwise."""
+        with self._condition:
+            if self._state != _PENDING:
+                return False
+            self._state = _NOTIFIED
+            for waiter in self._waiters:
+                waiter.add_cancelled(self)
+            self._condition.notify_all()
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
 
     def result(self, timeout: float | None = None) -> T:
         try:
@@ -87,6 +114,30 @@ class PoolFuture(Future[T]):
             self._condition.notify_all()
         self._invoke_callbacks()  # type: ignore[attr-defined]
         return True
+
+
+def start_running(fut: Future[Any]) -> bool:
+    """``set_running_or_notify_cancel()`` for a future that may have been
+    cancelled already (then it stays cancelled, and False is returned)."""
+    with fut._condition:
+        if fut._state == _NOTIFIED:
+            return False
+        return fut.set_running_or_notify_cancel()
+
+
+class PipeWaiter(_base._Waiter):
+    """A waiter in a future's ``_waiters`` list (the hook ``concurrent.futures.wait``
+    uses) that writes a wake-up byte to a pipe when the future is done, so that
+    the main thread can wait with ``poll`` (see :func:`interpexec._wakeup.wait`).
+    (It needs none of the base class's state.)"""
+
+    def __init__(self, wfd: int) -> None:
+        self.wfd = wfd
+
+    def add_result(self, future: Future[Any]) -> None:
+        notify(self.wfd)
+
+    add_exception = add_cancelled = add_result
 
 
 def set_exception_if_running(fut: Future[Any], exc: BaseException) -> None:

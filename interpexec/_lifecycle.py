@@ -13,7 +13,7 @@ import warnings
 from typing import Any
 
 from ._dispatch import Dispatcher
-from ._future import set_exception_if_running
+from ._future import set_exception_if_running, start_running
 from ._protocol import WorkerSettings
 from ._state import WorkItem
 from ._wakeup import notify
@@ -137,7 +137,7 @@ class Workers(Dispatcher):
             self.ready.notify_all()
         self.fail_items(failed)
         for item in waiting:  # never dispatched: still PENDING (unless cancelled)
-            if item.future.set_running_or_notify_cancel():
+            if start_running(item.future):
                 doomed.append(item)
         error = self.broken_error()
         self.fail_items([(item, error) for item in doomed])

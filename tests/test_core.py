@@ -441,6 +441,31 @@ def test_shutdown_wait_false_returns_while_work_runs(make_pool):
 
 
 @pytest.mark.timeout(30)
+def test_wait_and_as_completed_see_cancelled_futures_at_once(make_pool):
+    # The standard executors' cancelled futures count as done for wait() and
+    # as_completed() only once the executor dequeues them, which after
+    # shutdown(cancel_futures=True) never happens: both would block.
+    executor = make_pool(max_workers=1)
+    with Gate() as gate:
+        blocker = gate.submit(executor, "blocker")
+        gate.wait_arrived(1)
+        futs = [executor.submit(helpers.identity, i) for i in range(40)]
+        assert futs[-1].cancel()
+        done, not_done = cf.wait([futs[-1]], timeout=10)
+        assert done == {futs[-1]} and not not_done
+        assert list(cf.as_completed([futs[-1]], timeout=10)) == [futs[-1]]
+        executor.shutdown(wait=False, cancel_futures=True)
+        cancelled = [f for f in futs if f.cancelled()]
+        assert len(cancelled) >= 30
+        done, not_done = cf.wait(cancelled, timeout=10)
+        assert done == set(cancelled) and not not_done
+        gate.release()
+        assert blocker.result(timeout=10) == "blocker"
+    executor.shutdown(wait=True)
+    assert all(f.done() for f in futs)
+
+
+@pytest.mark.timeout(30)
 def test_shutdown_cancel_futures_cancels_pending_work(make_pool):
     executor = make_pool(max_workers=1)
     rfd, wfd = os.pipe()
