@@ -28,6 +28,7 @@ from __future__ import annotations
 import _interpqueues
 import _interpreters
 import _queue
+import _signal  # type: ignore[import-not-found,unused-ignore]
 import _thread
 import sys
 from _collections import deque  # type: ignore[import-not-found,unused-ignore]
@@ -62,6 +63,7 @@ __all__ = [
     "destroy_interpreter",
     "dumps",
     "get_ident",
+    "is_main_thread",
     "loads",
     "main_interpreter_id",
     "queue_bind",
@@ -78,6 +80,7 @@ __all__ = [
     "release_if_owned",
     "run_string",
     "set_async_exc",
+    "set_signal_wakeup_fd",
     "start_thread",
     "thread_count",
     "wrap_thread_starts",
@@ -304,6 +307,23 @@ def wrap_thread_starts(wrap: Any) -> None:
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
+
+
+_IN_MAIN_INTERPRETER: bool = _thread._is_main_interpreter()  # type: ignore[attr-defined]
+
+
+def is_main_thread() -> bool:
+    """True in the main thread of the main interpreter: the one thread Python
+    runs signal handlers in (so the one a Ctrl-C must wake)."""
+    return _IN_MAIN_INTERPRETER and _thread.get_ident() == _thread._get_main_thread_ident()  # type: ignore[attr-defined]
+
+
+def set_signal_wakeup_fd(fd: int) -> int:
+    """``signal.set_wakeup_fd(fd, warn_on_full_buffer=False)`` without importing
+    ``signal`` (and enum): from now on every signal Python handles writes a byte
+    to ``fd``; returns the descriptor installed before (-1 for none).  Main
+    thread of the main interpreter only."""
+    return int(_signal.set_wakeup_fd(fd, warn_on_full_buffer=False))
 
 
 def release_if_owned(lock: Any) -> None:

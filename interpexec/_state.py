@@ -25,15 +25,17 @@ import os
 import pickle
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
-from ._compat import release_if_owned
+from ._compat import is_main_thread, release_if_owned
 from ._future import PoolFuture
 from ._pickling import dumps_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
+from ._wakeup import borrow, give_back, notify, wait
 
 if TYPE_CHECKING:
     from ._worker import Worker
@@ -53,6 +55,45 @@ class BrokenInterpreterPool(*_broken_bases):  # type: ignore[misc]
     loop died, or the workers were terminated.  Subclasses
     ``concurrent.futures.process.BrokenProcessPool`` and, on 3.14+,
     ``concurrent.futures.interpreter.BrokenInterpreterPool``."""
+
+
+class Events:
+    """The pool's condition for worker events (started, exited, retired), over
+    the pool's lock: ``threading.Condition``'s ``wait`` and ``notify_all``,
+    except that the main thread waits with ``poll`` on a pipe, so that a Ctrl-C
+    during ``shutdown()`` or the exit of a ``with`` block is never lost (see
+    :func:`interpexec._wakeup.wait`).  Waiters re-check their condition after
+    every wake-up, as with any Condition."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self._condition = threading.Condition(lock)
+        self._pipes: list[int] = []  # write ends of the main thread's waits
+
+    def notify_all(self) -> None:
+        """Wake every waiter; the caller holds the lock."""
+        self._condition.notify_all()
+        for wfd in self._pipes:
+            notify(wfd)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Release the lock (held once), wait for :meth:`notify_all` or
+        ``timeout``, take the lock again; False on timeout."""
+        if not is_main_thread():
+            return self._condition.wait(timeout)
+        try:
+            pipe = borrow()
+        except OSError:  # out of descriptors
+            return self._condition.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._pipes.append(pipe[1])  # (before releasing: a notify cannot fall in between)
+        self._lock.release()
+        try:
+            return wait(pipe[0], deadline)
+        finally:
+            self._lock.acquire()
+            self._pipes.remove(pipe[1])
+            give_back(pipe)
 
 
 class WorkItem:
@@ -127,7 +168,7 @@ class PoolState:
         # Re-entrant only so that a lock a Ctrl-C leaked can be recognized and
         # released (release_leaked_locks); nothing takes them twice.
         self.lock = threading.RLock()
-        self.ready = threading.Condition(self.lock)  # worker events; waited on by join/prestart/park
+        self.ready = Events(self.lock)  # worker events; waited on by join/prestart/park
         self.pending: collections.deque[WorkItem] = collections.deque()
         self.inflight: dict[int, WorkItem] = {}
         self.unsettled: dict[int, WorkItem] = {}  # out of inflight, future not settled yet

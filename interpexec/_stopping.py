@@ -24,7 +24,7 @@ from typing import Any
 from . import _compat, _queue, _wakeup
 from ._future import PoolFuture
 from ._protocol import STOP
-from ._state import LIVE_POOLS
+from ._state import LIVE_POOLS, Events
 from ._transport import PARK
 from ._waiting import Waiting
 from ._wakeup import notify
@@ -151,7 +151,7 @@ class Stopper(Waiting):
         interpreters exist here; refuse work without touching what was shared."""
         self.forked = True
         self.lock = threading.RLock()
-        self.ready = threading.Condition(self.lock)
+        self.ready = Events(self.lock)
         self.collect_lock = threading.RLock()
         self.workers.clear()
         self.pending.clear()

@@ -20,12 +20,13 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from ._future import WAITABLE, PoolFuture
+from ._compat import is_main_thread
+from ._future import WAITABLE, PipeWaiter, PoolFuture
 from ._protocol import INIT_TID
 from ._resolver import Resolver
 from ._state import WorkItem
 from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS
-from ._wakeup import drain, give_back, notify, try_borrow, wait
+from ._wakeup import borrow, drain, give_back, notify, try_borrow, wait
 
 
 class Watch:
@@ -98,12 +99,42 @@ class Waiting(Resolver):
             return self._resolve_until(fut, timeout)
         watch = self.watch(fut, me)
         if watch is None:
+            if is_main_thread():
+                return self._wait_done(fut, timeout)
             return timeout  # the resolver delivers it, and the standard Condition wait serves it
         deadline = None if timeout is None else time.monotonic() + timeout
         with watch:
             while not watch.check():
                 if not wait(watch.fd, deadline):
                     return 0.0
+        return timeout
+
+    def _wait_done(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
+        """The main thread's wait for a future the resolver delivers: on a pipe
+        the future's waiters list writes to, with ``poll``, so that a Ctrl-C is
+        never lost (the standard Condition wait can sleep through one that lands
+        just before it blocks; see :func:`interpexec._wakeup.wait`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            pipe = borrow()
+        except OSError:  # out of descriptors: the standard Condition wait
+            return timeout
+        waiter = PipeWaiter(pipe[1])
+        try:
+            with fut._condition:
+                if fut._state not in WAITABLE:
+                    return timeout
+                fut._waiters.append(waiter)
+            try:
+                while fut._state in WAITABLE:
+                    if not wait(pipe[0], deadline):
+                        return 0.0
+                    drain(pipe[0])
+            finally:
+                with fut._condition:
+                    fut._waiters.remove(waiter)
+        finally:
+            give_back(pipe)
         return timeout
 
     def _resolve_until(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
@@ -170,7 +201,7 @@ class Waiting(Resolver):
         had already finished."""
         if fut._state not in WAITABLE:
             return False
-        if Future.cancel(fut):  # (the standard cancel, not PoolFuture's)
+        if fut.cancel_if_pending():
             return True
         self.collect()  # a result already queued wins: the task had finished
         tid = fut._ie_tid

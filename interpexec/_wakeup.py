@@ -96,25 +96,91 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> boo
     """Block until ``fd`` is readable (True) or ``time.monotonic()`` passes
     ``deadline`` (False; None waits for ever).  With ``interruptible``, the
     calling thread's interrupt pipe is watched too, so that an exception the
-    watchdog raised in it fires at once."""
+    watchdog raised in it fires at once.
+
+    In the main thread a signal (Ctrl-C) always ends the wait: its handler runs
+    (and a KeyboardInterrupt propagates) even when the signal arrives just
+    before ``poll`` blocks, which ``poll``'s EINTR alone would miss (see
+    :func:`_watch_signals`)."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     intr = INTERRUPT_FDS.get(_compat.get_ident()) if interruptible and INTERRUPT_FDS else None
     if intr is not None:
         poller.register(intr, select.POLLIN)
-    while True:
-        if deadline is None:
-            ms: int | None = None
-        else:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            ms = min(MAX_POLL_MS, max(1, int(left * 1000 + 0.999)))
-        ready = poller.poll(ms)
-        if ready:
-            if intr is not None and any(ev_fd == intr for ev_fd, _ in ready):
+    sig = _watch_signals() if _compat.is_main_thread() else None
+    try:
+        if sig is not None:
+            poller.register(sig, select.POLLIN)
+        while True:
+            if deadline is None:
+                ms: int | None = None
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                ms = min(MAX_POLL_MS, max(1, int(left * 1000 + 0.999)))
+            ready = poller.poll(ms)
+            if not ready:
+                continue
+            fds = [ev_fd for ev_fd, _ in ready]
+            if intr is not None and intr in fds:
                 os.read(intr, 4096)  # the pending exception is raised at the next bytecode
+                return True
+            if sig is not None and sig in fds:
+                drain(sig)  # its handler runs at the next bytecode (the loop's jump back)
+                if fd not in fds:
+                    continue  # a handler that did not raise: wait on
             return True
+    finally:
+        if sig is not None:
+            _unwatch_signals()
+
+
+# The pipe a signal writes to while the main thread waits (created on first use).
+_signal_pipe: Pipe | None = None
+
+
+def _watch_signals() -> int | None:
+    """Install a pipe as the signal wake-up descriptor for the duration of one wait
+    of the main thread; returns its read end.
+
+    A signal's C handler only sets a flag that the main thread checks between
+    bytecodes; a signal landing after the last check and before the blocking
+    call is noticed only once that call returns (CPython's own lock waits have
+    the same race, so a Ctrl-C could wait out every queued task).  The wake-up
+    descriptor closes the race: the handler also writes a byte, and ``poll``
+    sees it.  When another one is installed (an event loop's), it stays, the
+    bytes that arrived meanwhile are handed on to it, and None is returned (the
+    wait then relies on EINTR alone)."""
+    global _signal_pipe
+    if _signal_pipe is None:
+        _signal_pipe = new_pipe()
+    r, w = _signal_pipe
+    old = _compat.set_signal_wakeup_fd(w)
+    if old == -1:
+        return r
+    _compat.set_signal_wakeup_fd(old)
+    _forward(r, old)
+    return None
+
+
+def _unwatch_signals() -> None:
+    old = _compat.set_signal_wakeup_fd(-1)
+    if _signal_pipe is None or old != _signal_pipe[1]:
+        _compat.set_signal_wakeup_fd(old)  # a handler installed its own meanwhile: keep it
+    elif old != -1:
+        drain(_signal_pipe[0])
+
+
+def _forward(r: int, fd: int) -> None:
+    try:
+        data = os.read(r, 4096)
+    except BlockingIOError:
+        return
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
 
 
 def borrow() -> Pipe:
@@ -153,8 +219,13 @@ def give_back(pipe: Pipe) -> None:
 def forget_after_fork() -> None:
     """In a forked child: close its copies of the spare pipes and forget the
     lent ones (the threads that borrowed them exist only in the parent)."""
+    global _signal_pipe
     close_free()
     _out.clear()
+    if _signal_pipe is not None:
+        for end in _signal_pipe:
+            os.close(end)
+        _signal_pipe = None
 
 
 def close_free() -> None:

@@ -389,6 +389,58 @@ def test_ctrl_c_during_map_or_result_ends_the_process(tmp_path, where):
     assert "Fatal Python error" not in err
 
 
+# A Ctrl-C that the main thread does not receive itself (here: delivered to
+# another thread, as happens when it lands just before the main thread blocks)
+# only sets a flag for the main thread.  Every wait of the main thread must still
+# end at once, not when the work it waits for ends (60 s tasks here).
+LOST_CTRL_C_SCRIPT = textwrap.dedent(
+    """
+    import signal, sys, threading
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from tests import fault_helpers as fh
+    go = threading.Event()
+    def kick():
+        go.wait()
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    threading.Thread(target=kick, daemon=True).start()
+    if __name__ == "__main__":
+        where = sys.argv[1]
+        with InterpreterPoolExecutor(1) as pool:
+            futs = [pool.submit(fh.busy_then_value, 60, i) for i in range(20)]
+            go.set()
+            if where == "pending":
+                futs[-1].result()
+            elif where == "running":
+                futs[0].result()
+            elif where == "exception":
+                futs[-1].exception()
+            elif where == "map":
+                for _ in pool.map(fh.busy_then_value, [60] * 3, range(3)):
+                    pass
+            # "exit": the with block's exit waits for the queued work
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["pending", "running", "exception", "map", "exit"])
+def test_ctrl_c_the_main_thread_did_not_receive_still_ends_its_wait(tmp_path, where):
+    script = tmp_path / "lost_ctrlc.py"
+    script.write_text(LOST_CTRL_C_SCRIPT.format(root=ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), where],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    _, err = proc.communicate(timeout=40)  # the work waited for would take 60 s or more
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err
+    assert "Fatal Python error" not in err
+
+
 FORK_SCRIPT = textwrap.dedent(
     """
     import os, sys
