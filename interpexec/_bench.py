@@ -5,7 +5,7 @@ Each executor runs in a fresh child process (``python -c`` calling
 :func:`child_main`), so that its cold start is a real one and a crash or a hang
 costs only its own figures; the child prints one JSON line per figure.  Nothing is
 written but the table (and ``--json``): in particular no bytecode cache, whatever
-PYTHONDONTWRITEBYTECODE says.  The full benchmark (rounds, memory, targets, plots)
+PYTHONDONTWRITEBYTECODE says (children run with ``-B``).  The full benchmark (rounds, memory, targets, plots)
 is ``benchmarks/bench.py`` in the source repository.
 
 Only built-in modules are imported at the top: worker interpreters and processes
@@ -152,9 +152,18 @@ def _measure(kind: str, args: list[str]) -> tuple[dict[str, float], str | None]:
 
     # Files, not pipes: a process pool's orphaned workers must not keep us waiting
     # for end-of-file.
+    # -B: no bytecode written, whatever PYTHONDONTWRITEBYTECODE says; -P and
+    # PYTHONPATH: the child imports this very interpexec, never one that happens
+    # to be in the current directory.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         status = subprocess.call(
-            [sys.executable, "-c", _CHILD, kind, *args], stdin=subprocess.DEVNULL, stdout=out, stderr=err
+            [sys.executable, "-B", "-P", "-c", _CHILD, kind, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=dict(os.environ, PYTHONPATH=path),
         )
         out.seek(0)
         err.seek(0)
@@ -184,12 +193,24 @@ def _bytecode_note() -> str | None:
 
     pkg = os.path.dirname(os.path.abspath(__file__))
     sources = [os.path.join(pkg, name) for name in os.listdir(pkg) if name.endswith(".py")]
-    if not sys.flags.dont_write_bytecode or all(os.path.exists(importlib.util.cache_from_source(s)) for s in sources):
+    if all(os.path.exists(importlib.util.cache_from_source(s)) for s in sources):
         return None
     return (
-        "note: PYTHONDONTWRITEBYTECODE is set and some of interpexec's modules lack a bytecode cache here: "
+        "note: some of interpexec's modules lack a bytecode cache here (and bench writes none): "
         "every worker interpreter compiles them from source, which slows interpexec's cold start"
     )
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written, checked before anything is measured."""
+    if os.path.isdir(path):
+        return "it is a directory"
+    if os.path.exists(path):
+        return None if os.access(path, os.W_OK) else "permission denied"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return "no such directory"
+    return None if os.access(folder, os.W_OK) else "permission denied"
 
 
 def run(workers: int, executors: list[str], quick: bool, json_path: str | None) -> int:
@@ -197,6 +218,9 @@ def run(workers: int, executors: list[str], quick: bool, json_path: str | None) 
     1 if one failed, 2 if none of ``executors`` can run here."""
     import platform
 
+    if json_path and (why_not := _unwritable(json_path)):
+        print(f"interpexec bench: error: cannot write {json_path}: {why_not}", file=sys.stderr)
+        return 2
     missing = unavailable()
     kinds = [kind for kind in executors if kind not in missing]
     if not kinds:
@@ -234,7 +258,7 @@ def run(workers: int, executors: list[str], quick: bool, json_path: str | None) 
     for kind in executors:
         if kind in missing or kind in errors:
             print(f"{'n/a' if kind in missing else 'FAILED'}: {kind}: {missing.get(kind) or errors[kind]}")
-    if note := _bytecode_note():
+    if "interpexec" in kinds and (note := _bytecode_note()):
         print(note)
     if json_path:
         import json

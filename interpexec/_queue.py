@@ -75,7 +75,21 @@ Pipe = tuple[int, int]
 _parked: collections.deque[tuple[int, tuple[Pipe, ...]]] = collections.deque()
 
 
-def _take_pipe() -> Pipe:
+def forget_after_fork() -> None:
+    """In a forked child: close its copies of the parked pipes (their queues
+    belong to the parent)."""
+    while _parked:
+        try:
+            _, pipes = _parked.popleft()
+        except IndexError:
+            break
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+
+
+def reclaim_parked() -> None:
+    """Give back the parked pipes of Queues that no longer exist."""
     for _ in range(len(_parked)):
         try:
             qid, pipes = _parked.popleft()
@@ -86,6 +100,10 @@ def _take_pipe() -> Pipe:
                 give_back(pipe)
         else:
             _parked.append((qid, pipes))
+
+
+def _take_pipe() -> Pipe:
+    reclaim_parked()
     return borrow()
 
 

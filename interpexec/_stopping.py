@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from . import _compat
+from . import _compat, _queue, _wakeup
 from ._future import PoolFuture
 from ._protocol import STOP
 from ._state import LIVE_POOLS
@@ -224,6 +224,10 @@ def _after_fork_in_child() -> None:
         if isinstance(pool, Stopper):
             pool.forget_after_fork()
     LIVE_POOLS.clear()
+    # The child has copies of the parent's spare wake-up pipes: lending them
+    # again would have both processes drain each other's wake-ups.
+    _wakeup.forget_after_fork()
+    _queue.forget_after_fork()
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

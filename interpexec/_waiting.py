@@ -149,14 +149,16 @@ class Waiting(Resolver):
             item.waiter_thread = thread
             item.waiter_fd = wfd + 1
             self.ctl[tids] = tid  # (the id first: a worker checks it after the fd)
-            self.ctl[fds] = wfd + 1
+            # Negative for a watch (thread 0), which may never look: its worker
+            # then wakes the resolver too, so that the result is delivered anyway.
+            self.ctl[fds] = wfd + 1 if thread else -(wfd + 1)
         return item
 
     def detach_waiter(self, item: WorkItem, wfd: int) -> None:
         fds = self.layout.waiter_fds + item.tid % NSLOTS
         # (No lock: only this thread can have put wfd there, and no other thread
         # can take the slot while it holds it.)
-        if self.ctl[fds] == wfd + 1:
+        if abs(self.ctl[fds]) == wfd + 1:
             self.ctl[fds] = 0
         if item.waiter_fd == wfd + 1:
             item.waiter_fd = 0

@@ -43,6 +43,10 @@ __all__ = ["INTERRUPT_FDS", "borrow", "close_free", "drain", "give_back", "new_p
 #: exception fires.  Per interpreter.
 INTERRUPT_FDS: dict[int, int] = {}
 
+#: The longest wait one poll() takes (its timeout is a C int of milliseconds,
+#: about 24.8 days); longer waits are made of several.
+MAX_POLL_MS = 2**31 - 1
+
 #: Pipes :func:`try_borrow` lends at most at once (thousands of concurrent awaits
 #: must not cost thousands of descriptors); beyond it callers fall back to a
 #: done-callback or the resolver.
@@ -93,22 +97,24 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> boo
     ``deadline`` (False; None waits for ever).  With ``interruptible``, the
     calling thread's interrupt pipe is watched too, so that an exception the
     watchdog raised in it fires at once."""
-    if deadline is None:
-        ms: int | None = None
-    else:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        ms = max(1, int(left * 1000 + 0.999))
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     intr = INTERRUPT_FDS.get(_compat.get_ident()) if interruptible and INTERRUPT_FDS else None
     if intr is not None:
         poller.register(intr, select.POLLIN)
-    ready = poller.poll(ms)
-    if intr is not None and any(ev_fd == intr for ev_fd, _ in ready):
-        os.read(intr, 4096)  # the pending exception is raised at the next bytecode
-    return bool(ready)
+    while True:
+        if deadline is None:
+            ms: int | None = None
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ms = min(MAX_POLL_MS, max(1, int(left * 1000 + 0.999)))
+        ready = poller.poll(ms)
+        if ready:
+            if intr is not None and any(ev_fd == intr for ev_fd, _ in ready):
+                os.read(intr, 4096)  # the pending exception is raised at the next bytecode
+            return True
 
 
 def borrow() -> Pipe:
@@ -142,6 +148,13 @@ def give_back(pipe: Pipe) -> None:
     drain(pipe[0])
     _out.discard(pipe)
     _free.append(pipe)
+
+
+def forget_after_fork() -> None:
+    """In a forked child: close its copies of the spare pipes and forget the
+    lent ones (the threads that borrowed them exist only in the parent)."""
+    close_free()
+    _out.clear()
 
 
 def close_free() -> None:

@@ -13,13 +13,15 @@ worker ends whenever the call returns, so a task stuck in C costs no capacity.
 An interrupted task that has not returned to Python ``grace`` seconds later is
 reported stuck (EV_STUCK) and its worker retired the same way.
 
-One asynchronous exception is not enough to stop a task: Python swallows an
-exception raised inside a weakref callback or a ``__del__`` (it prints "Exception
-ignored in ..."), and that is where one can land (say, while an import cleans
-up its module lock), and user code may catch it.  So while the task it was
-meant for still runs, the watchdog raises it again, at growing intervals
-(:data:`REFIRE_FIRST` doubling up to :data:`REFIRE_MAX`), as a user presses
-Ctrl-C again.
+One asynchronous exception is not always enough to stop a task.  Python
+swallows an exception raised inside a weakref callback or a ``__del__``, and
+that is where one can land (say, while an import cleans up its module lock):
+the worker's unraisable hook sees it and the watchdog raises it again at once.
+User code may also catch it (or run a long ``finally``): the task gets
+``grace`` seconds to unwind, as documented; a task still running then is
+reported stuck (its worker replaced) and the exception is raised again at
+growing intervals (:data:`REFIRE_FIRST` doubling up to :data:`REFIRE_MAX`)
+until it ends, so that its thread, and the process, can end.
 
 Imported inside every worker: standard library only, and little of it.
 """
@@ -35,7 +37,7 @@ from ._compat import RLock, get_ident
 from ._errors import Interrupted
 from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
 from ._transport import NSLOTS, Channel
-from ._wakeup import notify
+from ._wakeup import MAX_POLL_MS, notify
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -62,8 +64,10 @@ class TaskState:
         self.timeout: float | None = None
         self.fired = False  # an Interrupted was raised (or is pending) in the loop
         self.fired_at = 0.0  # when the first Interrupted was raised
+        self.last_fire = 0.0  # when the latest one was
         self.refire_at = 0.0  # when to raise it again if the task still runs
         self.refire_gap = REFIRE_FIRST
+        self.swallowed = False  # Python dropped the latest one (the unraisable hook saw it)
         self.stuck_reported = False
         self.retired = False  # the pool replaced this worker: leave after this task
         self.thread_id = get_ident()
@@ -142,9 +146,12 @@ class Watchdog:
             st.fired = True
             st.fired_at = now
             st.refire_gap = REFIRE_FIRST
+            st.refire_at = now + max(self.grace, REFIRE_FIRST)  # time to unwind first
         else:
+            st.refire_at = now + st.refire_gap
             st.refire_gap = min(st.refire_gap * 2, REFIRE_MAX)
-        st.refire_at = now + st.refire_gap
+        st.last_fire = now
+        st.swallowed = False
         _compat.set_async_exc(st.thread_id, Interrupted)
         if self.interrupt_wfd >= 0:
             notify(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
@@ -173,12 +180,14 @@ class Watchdog:
                     wait: float | None = max(0.0, st.deadline - now)
                 elif st.tid and st.fired:
                     until = st.refire_at
+                    if st.swallowed:
+                        until = min(until, st.last_fire + REFIRE_FIRST)
                     if not st.stuck_reported and not st.retired:
                         until = min(until, st.fired_at + self.grace)
                     wait = max(0.0, until - now)
                 else:
                     wait = None
-            if poller.poll(None if wait is None else max(1, int(wait * 1000 + 0.999))):
+            if poller.poll(None if wait is None else min(MAX_POLL_MS, max(1, int(wait * 1000 + 0.999)))):
                 os.read(commands.rfd, 4096)
             for cmd in commands.drain():
                 if cmd[0] == CMD_STOP:
@@ -203,5 +212,9 @@ class Watchdog:
                     st.stuck_reported = True
                     st.retired = True
                     self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
-                if st.tid and st.fired and now >= st.refire_at:
-                    self._fire(now)  # the task still runs: the last one was swallowed, or is pending in C
+                if (
+                    st.tid
+                    and st.fired
+                    and (now >= st.refire_at or (st.swallowed and now >= st.last_fire + REFIRE_FIRST))
+                ):
+                    self._fire(now)  # the task still runs: the last one was dropped, caught, or is pending in C

@@ -20,7 +20,7 @@ import select
 import sys
 import time
 
-from . import _compat, _shared
+from . import _compat, _shared, _wakeup
 from ._compat import loads
 from ._errors import Interrupted, pack_exception, pack_unreportable
 from ._protocol import (
@@ -60,7 +60,7 @@ from ._transport import (
     encode,
     encode_flat,
 )
-from ._wakeup import INTERRUPT_FDS
+from ._wakeup import INTERRUPT_FDS, MAX_POLL_MS
 from ._watchdog import TaskState, Watchdog, finish_task
 from ._worker_env import LogForwarder, MainFixup, ThreadTracker
 
@@ -114,14 +114,17 @@ def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
         return (tid, ERR, pack_unreportable(exc, failure))
 
 
-def _quiet_swallowed_interrupts() -> None:
-    """An Interrupted that lands in a weakref callback or ``__del__`` is swallowed
-    by Python (the watchdog raises it again): do not print it as "Exception
-    ignored"; anything else goes to the hook as before."""
+def _watch_swallowed_interrupts(state: TaskState, watchdog: Watchdog) -> None:
+    """An Interrupted that lands in a weakref callback or ``__del__`` is dropped
+    by Python: tell the watchdog, which raises it again, and do not print it as
+    "Exception ignored"; anything else goes to the hook as before."""
     previous = sys.unraisablehook
 
     def hook(unraisable: Any) -> None:
-        if not isinstance(unraisable.exc_value, Interrupted):
+        if isinstance(unraisable.exc_value, Interrupted):
+            state.swallowed = True
+            watchdog.poke()
+        else:
             previous(unraisable)
 
     sys.unraisablehook = hook
@@ -133,7 +136,6 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
     sys.setswitchinterval(0.0005)
     _shared._in_worker = True
-    _quiet_swallowed_interrupts()
     results = Channel.from_spec(settings.results)
     ctl = control.cast("q")
     layout = ControlLayout(settings.slots)
@@ -142,6 +144,7 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
         state, Channel.from_spec(settings.commands), results, settings.index, settings.grace, settings.interrupt_pipe[1]
     )
     INTERRUPT_FDS[state.thread_id] = settings.interrupt_pipe[0]
+    _watch_swallowed_interrupts(state, watchdog)
     watchdog.start()
     threads = ThreadTracker()
     threads.install()  # after the watchdog: only threads of tasks are tracked
@@ -154,6 +157,12 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
         # one takes its place) and destroys the interpreter once they end.
         results.put((-1, EVENT, settings.index, EV_THREADS_LEFT, tuple(threads.names())))
         threads.wait(None)
+    # Pipes of the Queues tasks made here and dropped: descriptors are
+    # process-wide, and the interpreter goes away with its free list.
+    queues = sys.modules.get(__package__ + "._queue")
+    if queues is not None:
+        queues.reclaim_parked()
+    _wakeup.close_free()
     return reason
 
 
@@ -257,7 +266,7 @@ def _serve(
     written = layout.result_written + index
     written_lo, written_hi = layout.result_written, layout.result_written + layout.slots
     waiter_fds, waiter_tids = layout.waiter_fds, layout.waiter_tids
-    empty = object()
+    empty: Any = object()
     get = tasks.get_nowait
     put = _compat.queue_put
     task_rfd = tasks.rfd
@@ -269,7 +278,8 @@ def _serve(
     yield_cpu = os.sched_yield
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     spin = SPIN if ctl[WORKERS] <= cpus else 0
-    idle_ms = None if settings.idle_timeout is None else max(1, int(settings.idle_timeout * 1000))
+    idle_timeout = settings.idle_timeout
+    idle_until = 0.0  # when an idle worker leaves (0.0: not idle yet)
     idle_poll = select.poll()
     idle_poll.register(task_rfd, select.POLLIN)
     max_tasks = settings.max_tasks
@@ -280,18 +290,23 @@ def _serve(
 
     def wake_waiter(slot: int, tid: int) -> bool | None:
         """Wake the thread registered as waiting for task ``tid``: None when none
-        is, else whether the wake-up byte was written."""
+        is, else whether that wake-up alone suffices.  A thread blocked in
+        ``result()`` collects every queued result itself; a watch (negative entry:
+        an event loop, or user code holding an ``InterpreterPoolExecutor.watch``)
+        may never look, so the resolver is woken as well."""
         waiter = ctl[waiter_fds + slot]
         if not waiter or ctl[waiter_tids + slot] != tid:
             return None
         try:
-            write(waiter - 1, b"\0")
+            write(abs(waiter) - 1, b"\0")
         except OSError:
             return False
-        return True
+        return waiter > 0
 
     while True:
-        msg = get(empty)
+        # (Count first: a get from an empty queue makes CPython import its queue
+        # wrapper module, which costs a 3.13 worker 35 ms and can fail.)
+        msg = get(empty) if count(task_qid) else empty
         if msg is empty and spin:
             # Linger briefly before sleeping: waking a sleeping thread costs the
             # waker more than a whole no-op task, so in a burst of submits a worker
@@ -305,14 +320,20 @@ def _serve(
         if msg is empty:
             # Publish "asleep", look once more, then block on the pipe.
             ctl[asleep] = 1
-            msg = get(empty)
+            msg = get(empty) if count(task_qid) else empty
             if msg is empty:
                 if ctl[PARK]:
                     ctl[asleep] = 0
                     return EXIT_PARK
-                if idle_ms is not None and not idle_poll.poll(idle_ms):
-                    ctl[asleep] = 0
-                    return EXIT_IDLE
+                if idle_timeout is not None:
+                    now = time.monotonic()
+                    if not idle_until:
+                        idle_until = now + idle_timeout
+                    if not idle_poll.poll(min(MAX_POLL_MS, max(1, int((idle_until - now) * 1000)))):
+                        ctl[asleep] = 0
+                        if time.monotonic() >= idle_until:
+                            return EXIT_IDLE
+                        continue  # (an idle timeout longer than one poll can wait)
                 os.read(task_rfd, 1)
                 ctl[task_read] += 1
                 ctl[asleep] = 0
@@ -320,6 +341,7 @@ def _serve(
             ctl[asleep] = 0
         if msg[1] == STOP:
             return EXIT_STOP
+        idle_until = 0.0
         tid = msg[0]
         started = clock()
         try:

@@ -185,3 +185,16 @@ def swallow_interrupts_then_spin(times):
         except BaseException:
             pass
     _spin()
+
+
+class _SlowDel:
+    def __del__(self):
+        _busy(0.02)
+
+
+def spin_mostly_in_del():
+    """Spends ~95% of its time in ``__del__``, where Python drops an exception
+    raised asynchronously ("Exception ignored in ...")."""
+    while True:
+        _SlowDel()
+        _busy(0.001)

@@ -1127,18 +1127,24 @@ def test_done_callback_that_submits_and_waits_does_not_deadlock(make_pool):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("how", ["deadline", "interrupt"])
+@pytest.mark.parametrize("how", ["deadline", "interrupt", "dropped-in-del"])
 def test_a_swallowed_interrupt_is_raised_again_until_the_task_stops(how):
-    """An Interrupted can land where Python swallows it (a weakref callback run
-    during an import: "Exception ignored in ..."), or user code can catch it: the
-    watchdog raises it again while the task runs, so its worker ends and the
-    process can exit (it used to spin for ever, keeping the process alive)."""
+    """An Interrupted can land where Python drops it (a weakref callback run
+    during an import, a ``__del__``: "Exception ignored in ..."), or user code can
+    catch it: the watchdog raises it again while the task runs (a caught one
+    after ``interrupt_grace``), so its worker ends and the process can exit (it
+    used to spin for ever, keeping the process alive)."""
     prefix = f"swallow-{how}"
     ex = InterpreterPoolExecutor(1, thread_name_prefix=prefix, interrupt_grace=0.2)
     try:
         if how == "deadline":
             f = ex.schedule(rh.swallow_interrupts_then_spin, (3,), timeout=0.05)
             assert isinstance(f.exception(timeout=20), TimeoutError)
+        elif how == "dropped-in-del":
+            f = ex.submit(rh.spin_mostly_in_del)
+            while not f.running():
+                ex.submit(rh.ident, 0).result(timeout=20)
+            assert ex.interrupt(f)
         else:
             f = ex.submit(rh.swallow_interrupts_then_spin, 3)
             while not f.running():
