@@ -51,16 +51,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ._broken import BrokenInterpreterPool
     from ._errors import IncompatibleModuleError, RemoteError, RemoteTraceback
     from ._executor import InterpreterPoolExecutor
     from ._queue import Queue
     from ._reusable import get_reusable_executor
     from ._shared import Shared, share
-    from ._state import BrokenInterpreterPool
     from ._waiting import Watch
 
 _LAZY = {
-    "BrokenInterpreterPool": "._state",
+    "BrokenInterpreterPool": "._broken",
     "InterpreterPoolExecutor": "._executor",
     "Queue": "._queue",
     "IncompatibleModuleError": "._errors",

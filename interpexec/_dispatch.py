@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import _base
-from typing import Any
 
 from ._compat import queue_put
 from ._future import PoolFuture, start_running
 from ._protocol import STOP
 from ._state import PoolState, WorkItem
 from ._transport import SKIP_WAKEUPS
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Dispatcher(PoolState):

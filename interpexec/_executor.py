@@ -11,23 +11,30 @@ import itertools
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future
-from typing import Any, Literal, TypeVar
+from concurrent.futures import Executor
 
 from . import _shared
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import dumps_callable
-from ._pool import BrokenInterpreterPool, Pool, exiting
+from ._pool import Pool, exiting
 from ._protocol import CALL, CHUNK
 from ._state import LIVE_POOLS
 from ._transport import encode_call_args, encode_columns
-from ._waiting import Watch
 
-__all__ = ["BrokenInterpreterPool", "InterpreterPoolExecutor"]
+# typing is not imported at run time: it costs a few milliseconds of every
+# program's start-up, for nothing a submit needs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+    from concurrent.futures import Future
+    from typing import Any, Literal, TypeVar
 
-T = TypeVar("T")
+    from ._waiting import Watch
+
+    T = TypeVar("T")
+
+__all__ = ["InterpreterPoolExecutor"]
 
 #: Seconds a stopped task gets to return to Python before its worker is retired.
 DEFAULT_INTERRUPT_GRACE = 1.0

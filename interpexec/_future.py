@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 from concurrent.futures import Future, _base
-from typing import Any, Protocol, TypeVar
 
 from ._compat import release_if_owned
 from ._wakeup import notify
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Protocol, TypeVar
 
+    T = TypeVar("T")
 
-class FutureOwner(Protocol):
-    """What a PoolFuture asks of its pool (the pool's resolver implements it)."""
+    class FutureOwner(Protocol):
+        """What a PoolFuture asks of its pool (the pool's resolver implements it)."""
 
-    def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None: ...
+        def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None: ...
 
-    def interrupt(self, fut: PoolFuture[Any]) -> bool: ...
+        def interrupt(self, fut: PoolFuture[Any]) -> bool: ...
 
-    def release_leaked_locks(self) -> None: ...
+        def release_leaked_locks(self) -> None: ...
+
+else:
+    # ``Future["T"]`` is a types.GenericAlias whose base is Future itself: the
+    # class below is generic for type checkers without importing typing (a
+    # TypeVar, or PEP 695's ``class PoolFuture[T]``, would import it).
+    T = "T"
 
 
 WAITABLE = (_base.PENDING, _base.RUNNING)

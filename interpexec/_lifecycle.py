@@ -10,7 +10,6 @@ process exit (CPython cannot finalize while an interpreter runs code).
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 from ._dispatch import Dispatcher
 from ._future import set_exception_if_running, start_running
@@ -18,6 +17,10 @@ from ._protocol import WorkerSettings
 from ._state import WorkItem
 from ._wakeup import notify
 from ._worker import Worker
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Workers(Dispatcher):

@@ -7,19 +7,21 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from typing import Any, Protocol
 
 from ._compat import release_if_owned
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from concurrent.futures import Future
+    from typing import Any, Protocol
 
-class Submitter(Protocol):
-    """What the iterator needs of its executor."""
+    class Submitter(Protocol):
+        """What the iterator needs of its executor."""
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]: ...
+        def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]: ...
 
-    def interrupt(self, future: Future[Any]) -> bool: ...
+        def interrupt(self, future: Future[Any]) -> bool: ...
 
 
 class MapIterator:

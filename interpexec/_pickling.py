@@ -9,11 +9,15 @@ installed; otherwise the call fails with an error naming the function.
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import types
 import weakref
-from typing import Any
+
+from ._compat import PicklingError, dumps
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 _FN_BLOBS: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
 
@@ -55,8 +59,8 @@ def _pickle_callable(fn: Any) -> tuple[bytes, bool]:
         why = "lambdas, closures and functions defined inside functions have no importable name"
         return _pickle_by_value(fn, why), False
     try:
-        return pickle.dumps(fn, protocol=5), type(fn) is types.FunctionType
-    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        return dumps(fn, protocol=5), type(fn) is types.FunctionType
+    except (PicklingError, AttributeError, TypeError) as exc:
         return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})"), False
 
 
@@ -74,7 +78,7 @@ def _pickle_by_value(fn: Any, why: str) -> bytes:
         import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         name = getattr(fn, "__qualname__", None) or repr(fn)
-        raise pickle.PicklingError(
+        raise PicklingError(
             f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
             "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
         ) from None

@@ -32,13 +32,16 @@ user code (callbacks) with no lock of the pool held.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from ._compat import queue_count
-from ._state import BrokenInterpreterPool, WorkItem
+from ._state import WorkItem
 from ._stopping import Stopper, exiting
 
-__all__ = ["BrokenInterpreterPool", "Pool", "WorkItem", "exiting"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Pool", "WorkItem", "exiting"]
 
 
 class Pool(Stopper):

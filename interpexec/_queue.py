@@ -55,12 +55,15 @@ from __future__ import annotations
 import collections
 import os
 import time
-from typing import Any
 
 from . import _compat
 from ._compat import QueueEmpty as Empty  # the class that queue.Empty is; importing queue costs a worker 2 ms
 from ._transport import INT64_MAX, INT64_MIN, SCALARS, decode, encode
 from ._wakeup import INTERRUPT_FDS, borrow, drain, give_back, notify, wait
+
+TYPE_CHECKING = False  # typing is not imported at run time: the pool imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["INTERRUPT_FDS", "Queue"]
 

@@ -28,7 +28,6 @@ import sys
 import threading
 import traceback
 from concurrent.futures import _base
-from typing import Any
 
 from ._compat import queue_count, queue_get
 from ._errors import explain_missing_main_global, unpack_exception
@@ -57,6 +56,10 @@ from ._transport import (
     materialize,
 )
 from ._wakeup import close_free, notify
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Resolver(Workers):

@@ -22,39 +22,24 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-import pickle
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
-from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Any
 
-from ._compat import is_main_thread, release_if_owned
-from ._future import PoolFuture
+from ._compat import dumps, is_main_thread, release_if_owned
 from ._pickling import dumps_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
 
+TYPE_CHECKING = False  # typing is not imported: nothing here needs it at run time
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ._broken import BrokenInterpreterPool
+    from ._future import PoolFuture
     from ._worker import Worker
-
-try:  # 3.14+
-    from concurrent.futures.interpreter import (  # type: ignore[import-not-found,unused-ignore]
-        BrokenInterpreterPool as _StdBroken,
-    )
-
-    _broken_bases: tuple[type, ...] = (BrokenProcessPool, _StdBroken)
-except ImportError:  # 3.13
-    _broken_bases = (BrokenProcessPool,)
-
-
-class BrokenInterpreterPool(*_broken_bases):  # type: ignore[misc]
-    """The pool can no longer run work: a worker's initializer failed, a worker
-    loop died, or the workers were terminated.  Subclasses
-    ``concurrent.futures.process.BrokenProcessPool`` and, on 3.14+,
-    ``concurrent.futures.interpreter.BrokenInterpreterPool``."""
 
 
 class Events:
@@ -149,7 +134,7 @@ class PoolState:
         self.task_timeout = task_timeout
         self.interrupt_on_cancel = interrupt_on_cancel
         self.init_blob: bytes | None = (
-            None if initializer is None else pickle.dumps((dumps_callable(initializer), tuple(initargs)), protocol=5)
+            None if initializer is None else dumps((dumps_callable(initializer), tuple(initargs)), protocol=5)
         )
         self.sys_path = tuple(sys.path)
         self.main_path, self.main_name = _main_info()
@@ -207,6 +192,8 @@ class PoolState:
         release_if_owned(self.collect_lock)
 
     def broken_error(self) -> BrokenInterpreterPool:
+        from ._broken import BrokenInterpreterPool  # (not at import: see _broken)
+
         exc = BrokenInterpreterPool(self.broken)
         exc.__cause__ = self.broken_cause
         return exc

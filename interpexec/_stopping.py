@@ -19,7 +19,6 @@ import os
 import sys
 import threading
 import time
-from typing import Any
 
 from . import _compat, _queue, _wakeup
 from ._future import PoolFuture
@@ -28,6 +27,10 @@ from ._state import LIVE_POOLS, Events
 from ._transport import PARK
 from ._waiting import Waiting
 from ._wakeup import notify
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Stopper(Waiting):

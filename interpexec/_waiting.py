@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
 
 from ._compat import is_main_thread
 from ._future import WAITABLE, PipeWaiter, PoolFuture
@@ -27,6 +26,10 @@ from ._resolver import Resolver
 from ._state import WorkItem
 from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS
 from ._wakeup import borrow, drain, give_back, notify, try_borrow, wait
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Watch:

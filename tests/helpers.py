@@ -149,6 +149,13 @@ def fail_if_negative(x):
 # ------------------------------------------------------- interpreters, threads
 
 
+def loaded_modules(names):
+    """Which of ``names`` this worker has imported."""
+    import sys
+
+    return {name: name in sys.modules for name in names}
+
+
 def current_interp_id():
     return int(_interpreters.get_current()[0])
 

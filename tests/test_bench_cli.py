@@ -129,8 +129,53 @@ def test_full_benchmark_quick_run(tmp_path):
             assert report["median"][kind][metric] is not None, (kind, metric, report["notes"])
 
 
+@pytest.mark.timeout(240)
+def test_full_benchmark_scaling_and_cold_start_rows(tmp_path):
+    """--scaling measures by worker count and by queued tasks; the main table has
+    the fresh-process cold start and interpexec's memory floor."""
+    report_path = tmp_path / "bench.json"
+    proc = bench_py(
+        "--quick",
+        "--executors",
+        "interpexec,thread",
+        "--scaling",
+        "--scaling-workers",
+        "1,2",
+        "--scaling-tasks",
+        "200,1000",
+        "--json",
+        str(report_path),
+        timeout=200,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for text in ("cold start incl. import", "floor: bare subinterpreter", "how cost grows", "peak memory per task"):
+        assert text in proc.stdout, text
+    assert "--plot PATH draws these curves" in proc.stdout
+    report = json.loads(report_path.read_text())
+    assert report["median"]["interpexec"]["cold_import_s"] > 0
+    assert report["median"]["thread"]["cold_import_s"] > 0
+    assert report["median"]["interpexec"]["bare_mb_per_interp"] > 0
+    summary = report["scaling"]["summary"]
+    for kind in ("interpexec", "thread"):
+        assert sorted(summary["workers"][kind]) == ["1", "2"]
+        assert all(summary["workers"][kind][w]["throughput_tps"] > 0 for w in ("1", "2"))
+        assert sorted(summary["queued"][kind], key=int) == ["200", "1000"]
+        assert summary["queued"][kind]["1000"]["peak_bytes_per_task"] >= 0
+    assert [t["metric"] for t in report["scaling"]["targets"]][1].startswith("peak memory per queued task")
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("args", [("--workers", "0"), ("--rounds", "-1"), ("--executors", ","), ("--timeout", "0")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--workers", "0"),
+        ("--rounds", "-1"),
+        ("--executors", ","),
+        ("--timeout", "0"),
+        ("--scaling-workers", "0,2"),
+        ("--scaling-tasks", "many"),
+    ],
+)
 def test_full_benchmark_bad_arguments_exit_2(args):
     proc = bench_py(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -86,6 +86,25 @@ def tree_memory_kib(root: int) -> list[tuple[int, int, int]]:
     return [(p.pid, p.memory_info().rss // 1024, 0) for p in [top, *top.children(recursive=True)]]
 
 
+def _status_kib(field: str) -> int:
+    """A figure of /proc/self/status in KiB (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status (measuring memory needs Linux)")
+
+
+def _reset_peak_rss() -> bool:
+    """Reset VmHWM to the current VmRSS (Linux: write 5 to clear_refs); False if refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
 # ---------------------------------------------------------------------- child
 def executor_factory(kind: str) -> Callable[[int], Executor]:
     """Import what ``kind`` needs (outside any measurement) and return its constructor."""
@@ -119,6 +138,7 @@ class Child:
     method per step X of config.STEPS."""
 
     def __init__(self, kind: str, cfg: Config) -> None:
+        self.kind = kind
         self.cfg = cfg
         self.make = executor_factory(kind)
         self.ex: Executor | None = None
@@ -132,6 +152,44 @@ class Child:
     def run_step(self, step: str) -> tuple[float, Record]:
         method: Callable[[], tuple[float, Record]] = getattr(self, "step_" + step)
         return method()
+
+    def step_cold_import_s(self) -> tuple[float, Record]:
+        from harness import cold
+
+        return cold.cold_start(self.kind, self.cfg.workers, 2 * self.cfg.workers, self.cfg.cold_runs, self.cfg.timeout)
+
+    def step_bare_mb_per_interp(self) -> tuple[float, Record]:
+        from harness import cold
+
+        return cold.bare_interpreter_mb(self.cfg.workers, self.cfg.cold_runs, self.cfg.timeout)
+
+    def step_queued_tps(self) -> tuple[float, Record]:
+        """Submit ``cfg.queued`` no-ops at once (most wait in the executor's queue),
+        then wait for all: the rate, and the peak of this process's resident
+        memory over the run, per task (the futures are kept, as a caller would)."""
+        from concurrent.futures import wait
+
+        ex, noop, m = self.executor(), workloads.noop, self.cfg.queued
+        reset = _reset_peak_rss()
+        before = _status_kib("VmRSS")
+        t0 = time.perf_counter()
+        futures = [ex.submit(noop) for _ in range(m)]
+        submitted = time.perf_counter()
+        wait(futures)
+        elapsed = time.perf_counter() - t0
+        peak = _status_kib("VmHWM")
+        failed = sum(1 for f in futures if f.exception() is not None)
+        if failed:
+            raise RuntimeError(f"{failed} of {m} tasks failed")
+        del futures
+        return m / elapsed, {
+            "tasks": m,
+            "seconds": round(elapsed, 3),
+            "submit_seconds": round(submitted - t0, 3),
+            "peak_bytes_per_task": round(max(0, peak - before) * 1024 / m, 1),
+            "peak_growth_mb": round(max(0, peak - before) / 1024, 1),
+            "peak_reset": reset,
+        }
 
     def step_cold_start_s(self) -> tuple[float, Record]:
         n = self.cfg.workers

@@ -9,10 +9,13 @@ import time
 
 import _tasks as workloads
 
-from harness.config import EXECUTORS, MIB, SWEEP_STEPS, Config, available_executors, free_threaded
+from harness import scaling
+from harness.config import MIB, SWEEP_STEPS, Config, available_executors, free_threaded
+from harness.options import add_arguments
 from harness.report import (
     METRICS,
     _ratio,
+    column_name,
     evaluate_targets,
     legend,
     render_plot,
@@ -22,6 +25,7 @@ from harness.report import (
     summarize_sweep,
 )
 from harness.runner import Progress, run_child
+from harness.scaling import QUEUED_COUNTS, QUICK_QUEUED_COUNTS, QUICK_WORKER_COUNTS, WORKER_COUNTS
 
 PROG = "benchmarks/bench.py"
 
@@ -39,6 +43,9 @@ all with the same number of workers.  Table on stdout, progress on stderr."""
 
 EPILOG = """\
 metrics:
+  cold start incl. import
+                a fresh process imports the executor's module, creates a pool
+                and gets the results of 2N quick tasks; median of 3 processes (s)
   cold start    construct the executor, submit N quick tasks, wait for all (s)
   round trip    median of ex.submit(noop).result() over many calls (us)
   throughput    submit 10,000 no-ops, then wait for all (tasks/s)
@@ -51,88 +58,21 @@ metrics:
                 every worker has run a task, minus the same before the pool existed,
                 divided by N (MB = 2**20 bytes); for ProcessPoolExecutor this
                 includes the forkserver and resource tracker processes
+  floor         the same for N bare subinterpreters made as interpexec makes them,
+                each having run one trivial call (measured beside interpexec)
 
 Every (round, executor) pair runs in a fresh child process (python -P -m
 harness.child ...): cold start and memory start from a clean process,
 and a crash or hang costs only that pair's figures, which are then reported as
 errors.  Rounds interleave the executors in a rotating order; the table shows each
 executor's median and interpexec's ratios to the stdlib pool and to
-ProcessPoolExecutor, checked against the targets.  --plot also runs throughput and
-CPU speedup with 1..N workers and draws both against the number of workers (needs
-matplotlib: pip install matplotlib).
+ProcessPoolExecutor, checked against the targets.  --scaling also measures how
+cost grows with 1..16 workers and with 1,000..1,000,000 queued tasks, and --plot
+draws those curves (without --scaling: throughput and CPU speedup with 1..N
+workers); --plot needs matplotlib (pip install matplotlib).
 
 exit status: 0 when the benchmark ran (missed targets included), 1 with --strict
 if any measurement failed, or if --plot cannot work; 2 for bad arguments."""
-
-
-def _positive_int(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {text}")
-    return value
-
-
-def _executor_list(text: str) -> list[str]:
-    import argparse
-
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in EXECUTORS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown executor {unknown[0]!r}: choose from {','.join(EXECUTORS)}")
-    if not names:
-        raise argparse.ArgumentTypeError(f"no executor named: choose from {','.join(EXECUTORS)}")
-    return [kind for kind in EXECUTORS if kind in names]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The benchmark's options."""
-
-    p.add_argument("--workers", type=_positive_int, default=2, metavar="N", help="workers per executor (default: 2)")
-    p.add_argument(
-        "--rounds",
-        type=_positive_int,
-        metavar="R",
-        help="interleaved rounds; medians are reported (default: 3, 1 quick)",
-    )
-    p.add_argument("--quick", action="store_true", help="smoke mode: small sizes, one round, runs in seconds")
-    p.add_argument(
-        "--executors",
-        type=_executor_list,
-        default=list(EXECUTORS),
-        metavar="LIST",
-        help=f"comma-separated subset of {','.join(EXECUTORS)} (default: every one available on this Python)",
-    )
-    p.add_argument("--json", metavar="PATH", help="also write the full results, every round included, as JSON")
-    p.add_argument(
-        "--plot",
-        metavar="PATH",
-        help="also measure with 1..N workers and write a PNG of throughput and CPU speedup against the "
-        "number of workers (needs matplotlib: pip install matplotlib)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="seconds allowed for each step of a measurement (default: 120, 20 quick)",
-    )
-    p.add_argument("--strict", action="store_true", help="exit with status 1 if any measurement failed")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -178,6 +118,10 @@ def main(
     except KeyboardInterrupt:  # the running child's process group was killed on the way out
         print(f"\n{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def _listed(values: list[int]) -> str:
+    return ",".join(f"{v:,}" for v in values)
 
 
 def _fail(message: str, status: int) -> int:
@@ -227,24 +171,52 @@ def _run(args: argparse.Namespace, default_json_dir: str | None, bytecode_note: 
         echo_reps=2 if quick else 10,
         timeout=args.timeout or (20.0 if quick else 120.0),
     )
-    sweep_ws = list(range(1, workers)) if plot_path else []
+    scaling_on: bool = args.scaling
+    sweep_ws = list(range(1, workers)) if plot_path and not scaling_on else []
     sweep_cfgs = {w: cfg.sized(w, SWEEP_STEPS) for w in sweep_ws}
+    scale_ws: list[int] = args.scaling_workers or list(QUICK_WORKER_COUNTS if quick else WORKER_COUNTS)
+    scale_ms: list[int] = args.scaling_tasks or list(QUICK_QUEUED_COUNTS if quick else QUEUED_COUNTS)
+    scale_cpu_iters = workloads.calibrate_cpu(cpu_seconds / 4) if scaling_on else 1
     load_before = os.getloadavg()
     build = "free-threaded, GIL disabled" if no_gil else platform.python_implementation()
     print(
         f"interpexec benchmark: Python {version} ({build}, {sys.platform}), "
         f"{workers} workers, {cores} usable cores, {rounds_n} interleaved round(s){' [quick]' if quick else ''}"
-        + (f"; plot sweep over 1..{workers} workers" if plot_path else ""),
+        + (f"; plot sweep over 1..{workers} workers" if sweep_ws else "")
+        + (f"; scaling over {_listed(scale_ws)} workers and {_listed(scale_ms)} queued tasks" if scaling_on else ""),
         flush=True,
     )
     if bytecode_note:
         print(bytecode_note, flush=True)
     started = time.time()
-    total_steps = rounds_n * len(kinds) * (len(cfg.steps) + len(sweep_ws) * len(SWEEP_STEPS))
+    total_steps = rounds_n * (
+        sum(len(cfg.for_kind(k).steps) + len(sweep_ws) * len(SWEEP_STEPS) for k in kinds)
+        + (scaling.steps_per_round(cfg, scale_ws, scale_ms, kinds) if scaling_on else 0)
+    )
     progress = Progress(total_steps)
     rounds: list[Record] = []
     sweep_rounds: list[Record] = []
-    done_steps = 0
+    done = [0]
+
+    def run_one(kind: str, where: str, c: Config) -> Record:
+        """One child, with the progress bar following its steps."""
+        base, count = done[0], [0]
+
+        def on_step(step: str) -> None:
+            count[0] += 1
+            following = c.steps[count[0]] if count[0] < len(c.steps) else "done"
+            progress.advance(base + count[0], f"{where}: {following}")
+
+        progress.advance(base, f"{where}: {c.steps[0]}")
+        t0 = time.perf_counter()
+        result = run_child(kind, c, on_step)
+        done[0] += len(c.steps)
+        progress.advance(done[0])
+        nerr = sum("error" in rec for rec in result["results"].values())
+        progress.message(f"{where:<42} {time.perf_counter() - t0:6.1f} s" + (f"  ({nerr} error(s))" if nerr else ""))
+        return result
+
+    scale_records: list[Record] = []
     try:
         for r in range(rounds_n):
             order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
@@ -252,38 +224,22 @@ def _run(args: argparse.Namespace, default_json_dir: str | None, bytecode_note: 
                 results: Record = {}
                 for kind in order:
                     where = f"round {r + 1}/{rounds_n}: {kind}, {w} worker{'s' if w > 1 else ''}"
-                    base = done_steps
-                    count = [0]
-
-                    def on_step(
-                        step: str, base: int = base, where: str = where, count: list[int] = count, c: Config = c
-                    ) -> None:
-                        count[0] += 1
-                        following = c.steps[count[0]] if count[0] < len(c.steps) else "done"
-                        progress.advance(base + count[0], f"{where}: {following}")
-
-                    progress.advance(base, f"{where}: {c.steps[0]}")
-                    t0 = time.perf_counter()
-                    results[kind] = run_child(kind, c, on_step)
-                    done_steps += len(c.steps)
-                    progress.advance(done_steps)
-                    nerr = sum("error" in rec for rec in results[kind]["results"].values())
-                    progress.message(
-                        f"{where:<42} {time.perf_counter() - t0:6.1f} s" + (f"  ({nerr} error(s))" if nerr else "")
-                    )
+                    results[kind] = run_one(kind, where, c.for_kind(kind))
                 record = {"round": r + 1, "order": order, "workers": w, "results": results}
                 (rounds if c is cfg else sweep_rounds).append(record)
+        if scaling_on:
+            scale_records = scaling.run(cfg, kinds, rounds_n, scale_ws, scale_ms, scale_cpu_iters, run_one)
     finally:
         progress.close()
 
     medians, notes = summarize(rounds, kinds)
     errors = {
-        k: {m: sum("error" in r["results"][k]["results"][m] for r in rounds) for m in [*METRICS, "shutdown_s"]}
+        k: {m: sum("error" in r["results"][k]["results"].get(m, {}) for r in rounds) for m in [*METRICS, "shutdown_s"]}
         for k in kinds
     }
     targets = evaluate_targets(medians, missing, workers, cores)
     sweep: dict[str, dict[str, dict[str, float | None]]] | None = None
-    if plot_path:
+    if plot_path and not scaling_on:
         sweep, sweep_notes = summarize_sweep(sweep_rounds, medians, kinds, workers)
         notes += sweep_notes
     load_after = os.getloadavg()
@@ -322,6 +278,24 @@ def _run(args: argparse.Namespace, default_json_dir: str | None, bytecode_note: 
             status = _fail(f"could not write the plot {plot_path}: {type(exc).__name__}: {exc}", 1)
         else:
             print(f"plot: {plot_path}")
+    scale: Record | None = None
+    if scaling_on:
+        summary, scale_notes = scaling.summarize(scale_records, kinds)
+        scale = {"summary": summary, "targets": scaling.targets(summary), "per_child": scale_records}
+        notes += scale_notes
+        for note in scale_notes:
+            print("note:", note.splitlines()[0])
+        print("\n" + scaling.render(summary, kinds, lambda k: column_name(k, no_gil)))
+        if plot_path:
+            title = f"interpexec bench --scaling: Python {version}, {cores} cores, medians of {rounds_n} round(s)"
+            try:
+                scaling.render_plot(plot_path, summary, cores, title, lambda k: column_name(k, no_gil))
+            except Exception as exc:
+                status = _fail(f"could not write the plot {plot_path}: {type(exc).__name__}: {exc}", 1)
+            else:
+                print(f"plot: {plot_path}")
+        else:
+            print("plot: none (--plot PATH draws these curves; it needs matplotlib)")
 
     report = {
         "python": version,
@@ -353,6 +327,7 @@ def _run(args: argparse.Namespace, default_json_dir: str | None, bytecode_note: 
         "sweep": sweep,
         "per_round": rounds,
         "per_round_sweep": sweep_rounds,
+        "scaling": scale,
     }
     if json_path:
         try:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 # key -> (row label, number format); rows in this order.  Labels are completed with
 # the run's sizes by _label().
 METRICS: dict[str, tuple[str, str]] = {
+    "cold_import_s": ("cold start incl. import, fresh process, {workers} workers (s)", ".3f"),
     "cold_start_s": ("cold start, {workers} workers to first results (s)", ".3f"),
     "round_trip_us": ("round trip of one no-op submit (us)", ".0f"),
     "throughput_tps": ("{submits:,} no-op submits (tasks/s)", ",.0f"),
@@ -23,18 +24,22 @@ METRICS: dict[str, tuple[str, str]] = {
     "cpu_speedup": ("speedup on CPU-bound pure Python (x)", ".2f"),
     "echo_ms": ("echo of {echo_mib} MiB bytes (ms)", ".2f"),
     "rss_mb_per_worker": ("resident memory per worker (MB)", ".1f"),
+    "bare_mb_per_interp": ("floor: bare subinterpreter + one call (MB)", ".1f"),
 }
 
-# (metric, executor compared with, or "" for the CPU target, operator, factor).
-# The CPU target is factor * min(workers, cores).
+# (metric, executor compared with, or "" for the CPU target, or "bare" for the
+# floor measured beside interpexec, operator, factor).  The CPU target is
+# factor * min(workers, cores).  A metric may have several targets.
 TARGETS: tuple[tuple[str, str, str, float], ...] = (
+    ("cold_import_s", "stdlib", "<=", 0.7),
     ("cold_start_s", "stdlib", "<=", 1.0),
     ("round_trip_us", "stdlib", "<=", 0.6),
-    ("throughput_tps", "stdlib", ">=", 8.0),
+    ("throughput_tps", "thread", ">=", 1.0),
     ("map_ips", "process", ">=", 1.5),
     ("cpu_speedup", "", ">=", 0.95),
     ("echo_ms", "stdlib", "<=", 0.5),
-    ("rss_mb_per_worker", "stdlib", "<=", 1.0),
+    ("rss_mb_per_worker", "stdlib", "<=", 0.8),
+    ("rss_mb_per_worker", "bare", "<=", 1.2),
 )
 
 
@@ -68,13 +73,13 @@ def summarize(rounds: list[Record], kinds: list[str]) -> tuple[dict[str, dict[st
     for kind in kinds:
         medians[kind] = {}
         for metric in [*METRICS, "shutdown_s"]:
-            values = [r["results"][kind]["results"][metric].get("value") for r in rounds]
+            values = [r["results"][kind]["results"].get(metric, {}).get("value") for r in rounds]
             medians[kind][metric] = _median([v for v in values if v is not None])
     for r in rounds:
         for kind in kinds:
             skipped = []
             for step in STEPS:
-                error = r["results"][kind]["results"][step].get("error")
+                error = r["results"][kind]["results"].get(step, {}).get("error")
                 if error is None:
                     continue
                 if error.startswith("not run:"):
@@ -125,11 +130,12 @@ def evaluate_targets(
         rec: Record = {"metric": metric, "versus": base or None, "op": op, "factor": factor, "value": value}
         if base:
             text = f"{op} {base}" if factor == 1.0 else f"{op} {factor:g}x {base}"
-            ratio = _ratio(value, medians.get(base, {}).get(metric))
+            versus = mine.get("bare_mb_per_interp") if base == "bare" else medians.get(base, {}).get(metric)
+            ratio = _ratio(value, versus)
             measured, threshold = ratio, factor
             if base in missing:
                 status = "n/a"
-            elif base not in medians:
+            elif base not in medians and base != "bare":
                 status = "n/a"
             elif value is None:
                 status = "ERROR"
@@ -171,7 +177,9 @@ def render_table(
     cfg: Config,
     no_gil: bool = False,
 ) -> str:
-    by_metric = {t["metric"]: t for t in targets}
+    by_metric: dict[str, list[Record]] = {}
+    for t in targets:
+        by_metric.setdefault(t["metric"], []).append(t)
     header = ["metric", *(column_name(k, no_gil) for k in EXECUTORS), "ie/stdlib", "ie/process", "target", "status"]
     rows = [header]
     for metric, (_, fmt) in METRICS.items():
@@ -179,17 +187,17 @@ def render_table(
         for kind in EXECUTORS:
             if kind in missing:
                 row.append("n/a")
-            elif kind not in medians:
+            elif kind not in medians or (metric == "bare_mb_per_interp" and kind != "interpexec"):
                 row.append("-")
             else:
-                value, nerr = medians[kind][metric], errors[kind][metric]
+                value, nerr = medians[kind][metric], errors[kind].get(metric, 0)
                 row.append("ERROR" if value is None else format(value, fmt) + ("*" if nerr else ""))
         mine = medians.get("interpexec", {}).get(metric)
         for base in ("stdlib", "process"):
             ratio = _ratio(mine, medians.get(base, {}).get(metric))
             row.append("n/a" if ratio is None else f"{ratio:.2f}x")
-        target = by_metric.get(metric)
-        row += [target["target"], target["status"]] if target else ["", ""]
+        mine_targets = by_metric.get(metric, [])
+        row += ["; ".join(t["target"] for t in mine_targets), "/".join(t["status"] for t in mine_targets)]
         rows.append(row)
     return _util.markdown(rows)
 

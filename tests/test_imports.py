@@ -1,0 +1,177 @@
+"""What a program pays at start-up: the modules ``import interpexec``, a pool and
+its first results import, in the parent and in the workers.  Each check runs in a
+fresh process (or a fresh worker) and looks at ``sys.modules``; the times
+themselves are measured by the benchmark (``cold start including import``).
+
+``BrokenInterpreterPool`` subclasses ``concurrent.futures.process.BrokenProcessPool``
+(a drop-in for ProcessPoolExecutor), whose module imports multiprocessing; the
+class is therefore created only when it is first needed, and these tests check
+that it is the same class, with the real bases, whichever the user imports first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import interpexec
+from tests import helpers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_fresh(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter (this checkout's interpexec) and return
+    the JSON object it prints last."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(90)
+def test_import_pool_and_first_results_import_no_multiprocessing():
+    found = run_fresh(
+        """
+        import json, sys
+        before = set(sys.modules)
+        import interpexec
+        from interpexec import InterpreterPoolExecutor
+        ex = InterpreterPoolExecutor(2)
+        results = [f.result() for f in [ex.submit(abs, -i) for i in range(4)]]
+        new = sorted(set(sys.modules) - before)
+        ex.shutdown()
+        print(json.dumps({"results": results, "new": new}))
+        """
+    )
+    assert found["results"] == [0, 1, 2, 3]
+    new = set(found["new"])
+    assert "interpexec._executor" in new  # (the pool's modules were imported here)
+    unwanted = {"multiprocessing", "concurrent.futures.process", "concurrent.futures.interpreter", "typing", "pickle"}
+    assert sorted(new & unwanted) == []
+    assert "interpexec._broken" not in new  # created only when asked for (below)
+
+
+ORDERS = {
+    # The user's module imports the base class first.
+    "base first": """
+        import concurrent.futures.process as cfp
+        import interpexec
+        pool = interpexec.InterpreterPoolExecutor(1, initializer=int, initargs=("not a number",))
+        caught = None
+        try:
+            pool.submit(abs, -1).result()
+        except cfp.BrokenProcessPool as exc:
+            caught = exc
+        mp_before_break = True
+        """,
+    # interpexec alone until the pool breaks; the base is imported only afterwards.
+    "base after the break": """
+        import sys
+        import interpexec
+        pool = interpexec.InterpreterPoolExecutor(1, initializer=int, initargs=("not a number",))
+        first = None
+        try:
+            pool.submit(abs, -1).result()
+        except Exception as exc:
+            first = exc
+        mp_before_break = "multiprocessing" in sys.modules
+        import concurrent.futures.process as cfp
+        caught = None
+        try:
+            raise first
+        except cfp.BrokenProcessPool as exc:
+            caught = exc
+        """,
+    # The class asked for by name before anything breaks.
+    "class first": """
+        from interpexec import BrokenInterpreterPool
+        import interpexec
+        pool = interpexec.InterpreterPoolExecutor(1, initializer=int, initargs=("not a number",))
+        caught = None
+        try:
+            pool.submit(abs, -1).result()
+        except BrokenInterpreterPool as exc:
+            caught = exc
+        import concurrent.futures.process as cfp
+        mp_before_break = True
+        """,
+}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_broken_pool_is_a_broken_process_pool_whatever_the_import_order(order):
+    found = run_fresh(
+        ORDERS[order]
+        + """
+        import json, sys
+        import concurrent.futures as cf
+        import interpexec._broken
+        std = None
+        if sys.version_info >= (3, 14):
+            from concurrent.futures.interpreter import BrokenInterpreterPool as Std
+            std = isinstance(caught, Std)
+        pool.shutdown()
+        print(json.dumps({
+            "caught": type(caught).__module__ + "." + type(caught).__qualname__ if caught is not None else None,
+            "same_class": type(caught) is interpexec.BrokenInterpreterPool is interpexec._broken.BrokenInterpreterPool,
+            "process": isinstance(caught, cfp.BrokenProcessPool),
+            "executor": isinstance(caught, cf.BrokenExecutor),
+            "std": std,
+            "cause": type(caught.__cause__).__name__ if caught is not None else None,
+            "mp_before_break": mp_before_break,
+        }))
+        """
+    )
+    assert found["caught"] == "interpexec._broken.BrokenInterpreterPool"
+    assert found["same_class"] and found["process"] and found["executor"]
+    assert found["std"] is (True if sys.version_info >= (3, 14) else None)
+    assert found["cause"] == "ValueError"  # the initializer's own error
+    if order == "base after the break":
+        # Raising it is what imported the base class's module, not the import.
+        assert found["mp_before_break"] is True
+
+
+@pytest.mark.timeout(60)
+def test_an_empty_queue_imports_no_stdlib_wrapper():
+    """The C queue module imports its stdlib wrapper (with unittest on 3.13) the
+    first time a get finds a queue empty; interpexec never asks an empty queue."""
+    found = run_fresh(
+        """
+        import json, sys
+        from interpexec import _compat
+        before = set(sys.modules)
+        qid = _compat.queue_create()
+        empty = _compat.queue_get(qid, "empty")
+        _compat.queue_put(qid, 1)
+        one = _compat.queue_get(qid, "empty")
+        again = _compat.queue_get(qid, "empty")
+        _compat.queue_destroy(qid)
+        print(json.dumps({"got": [empty, one, again], "new": sorted(set(sys.modules) - before)}))
+        """
+    )
+    assert found["got"] == ["empty", 1, "empty"]
+    assert [m for m in found["new"] if "interpreters" in m or m in ("unittest", "traceback")] == []
+
+
+@pytest.mark.timeout(60)
+def test_workers_import_traceback_only_to_report_an_error():
+    with interpexec.InterpreterPoolExecutor(1) as pool:
+        names = ("traceback", "unittest", "test.support.interpreters", "concurrent.interpreters")
+        first = pool.submit(helpers.loaded_modules, names).result()
+        # A few tasks, with the worker going idle in between (it has then found
+        # the task queue empty at least once).
+        for _ in range(3):
+            assert pool.submit(helpers.loaded_modules, names).result() == first
+        assert first == {name: False for name in names}
+        error = pool.submit(helpers.raise_exc, ValueError, "reported").exception()
+        assert isinstance(error, ValueError) and "Traceback" in str(error.__cause__)
+        after = pool.submit(helpers.loaded_modules, names).result()
+    assert after["traceback"] is True  # formatting the error imported it
