@@ -60,6 +60,7 @@ __all__ = [
     "allocate_lock",
     "create_interpreter",
     "current_interpreter_id",
+    "defer_sigint",
     "deque",
     "destroy_interpreter",
     "dumps",
@@ -332,6 +333,45 @@ def set_signal_wakeup_fd(fd: int) -> int:
     to ``fd``; returns the descriptor installed before (-1 for none).  Main
     thread of the main interpreter only."""
     return int(_signal.set_wakeup_fd(fd, warn_on_full_buffer=False))
+
+
+_SIGINT = 2
+
+
+class defer_sigint:
+    """Hold a Ctrl-C back until the block ends, in the main thread (elsewhere it
+    cannot land anyway): for steps that must not be cut in two, such as starting
+    a thread (``Thread.start()`` can raise KeyboardInterrupt before or after the
+    thread exists, which the caller cannot tell apart).  The SIGINT handler is
+    swapped for one that records the signal; at the end the original is put
+    back and called with what was recorded (so the KeyboardInterrupt is raised
+    there).  Nothing is swapped when the handler was not installed from Python."""
+
+    __slots__ = ("_caught", "_old")
+
+    def __enter__(self) -> defer_sigint:
+        self._caught: tuple[int, Any] | None = None
+        self._old: Any = None
+        if is_main_thread() and _signal.getsignal(_SIGINT) is not None:
+            # (Once swapped, no KeyboardInterrupt can leave __enter__: ours records.)
+            self._old = _signal.signal(_SIGINT, self._record)
+        return self
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self._caught = (signum, frame)
+
+    def __exit__(self, *exc: object) -> None:
+        old, self._old = self._old, None
+        if old is None:
+            return
+        _signal.signal(_SIGINT, old)
+        caught, self._caught = self._caught, None
+        if caught is None:
+            return
+        if callable(old):
+            old(*caught)  # default_int_handler raises KeyboardInterrupt here
+        elif old == _signal.SIG_DFL:
+            _signal.raise_signal(_SIGINT)
 
 
 def release_if_owned(lock: Any) -> None:

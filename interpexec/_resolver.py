@@ -29,7 +29,7 @@ import threading
 import traceback
 from concurrent.futures import _base
 
-from ._compat import queue_count, queue_get
+from ._compat import defer_sigint, queue_count, queue_get
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -64,12 +64,16 @@ if TYPE_CHECKING:
 
 class Resolver(Workers):
     def start_locked(self) -> None:
-        if not self.started:
-            self.resolver_thread = threading.Thread(
-                target=self._resolver_loop, name=f"{self.thread_name_prefix}_resolver", daemon=True
-            )
-            self.resolver_thread.start()
-        super().start_locked()
+        # A Ctrl-C inside Thread.start() could leave a thread running that the
+        # pool does not know of (a second resolver), or one counted that never
+        # ran: held back until the threads have started.
+        with defer_sigint():
+            if not self.started:
+                self.resolver_thread = threading.Thread(
+                    target=self._resolver_loop, name=f"{self.thread_name_prefix}_resolver", daemon=True
+                )
+                self.resolver_thread.start()
+            super().start_locked()
 
     # ----------------------------------------------------------- collecting
     def take_results(self) -> bool:

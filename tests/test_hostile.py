@@ -1052,7 +1052,9 @@ def test_sigint_into_result_then_everything_still_resolves():
     random.seed(1)
     main = threading.get_ident()
     stop = threading.Event()
+    go = threading.Event()
     def killer():
+        go.wait()  # (not before t.start() returned: a Ctrl-C there is the test's own)
         while not stop.wait(random.uniform(0.001, 0.02)):
             signal.pthread_kill(main, signal.SIGINT)
     counts = {}
@@ -1064,6 +1066,7 @@ def test_sigint_into_result_then_everything_still_resolves():
     fs = []
     kis = 0
     t = threading.Thread(target=killer); t.start()
+    go.set()
     try:
         i = 0
         while i < 400:
