@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import Future, _base
+from threading import Condition
 
 from ._compat import release_if_owned
 from ._wakeup import notify
@@ -49,10 +50,26 @@ class PoolFuture(Future[T]):
     """
 
     def __init__(self, pool: FutureOwner, tid: int, interrupt_on_cancel: bool = False) -> None:
-        Future.__init__(self)
+        # Future.__init__ minus its Condition, which costs about 1 KB (a deque,
+        # an RLock, bound methods): made on first use instead (see __getattr__),
+        # so that a million queued futures do not carry a million Conditions.
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
         self._ie_pool = pool
         self._ie_tid = tid
         self._ie_interrupt_on_cancel = interrupt_on_cancel
+
+    if not TYPE_CHECKING:  # (type checkers keep checking attribute names)
+
+        def __getattr__(self, name: str) -> Any:
+            # Called only for attributes not set yet.  setdefault is atomic:
+            # threads racing here all get the one Condition that was stored.
+            if name == "_condition":
+                return self.__dict__.setdefault("_condition", Condition())
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def cancel(self) -> bool:
         """Standard: cancels only work no worker has taken yet.  On a pool created
