@@ -335,6 +335,7 @@ class ControlLayout:
         "result_written",
         "size",
         "slots",
+        "spinning",
         "stop_tids",
         "task_read",
         "tasks_done",
@@ -352,4 +353,5 @@ class ControlLayout:
         self.waiter_fds = self.busy_ns + slots
         self.waiter_tids = self.waiter_fds + NSLOTS
         self.stop_tids = self.waiter_tids + NSLOTS
-        self.size = self.stop_tids + NSLOTS
+        self.spinning = self.stop_tids + NSLOTS
+        self.size = self.spinning + slots

@@ -277,7 +277,13 @@ def _serve(
     task_qid = tasks.qid
     yield_cpu = os.sched_yield
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    spin = SPIN if ctl[WORKERS] <= cpus else 0
+    # More workers than CPUs: only as many linger at once as there are CPUs
+    # (every one sleeping after each task would cost a wake-up per task; every
+    # one lingering would take the CPUs from the workers running tasks).
+    spin_cap = cpus if ctl[WORKERS] > cpus else 0
+    spin = 0 if spin_cap else SPIN  # (lingering for a waiter, below: not when over-subscribed)
+    spinning = layout.spinning + index
+    spin_lo, spin_hi = layout.spinning, layout.spinning + layout.slots
     idle_timeout = settings.idle_timeout
     idle_until = 0.0  # when an idle worker leaves (0.0: not idle yet)
     idle_poll = select.poll()
@@ -307,16 +313,18 @@ def _serve(
         # (Count first: a get from an empty queue makes CPython import its queue
         # wrapper module, which costs a 3.13 worker 35 ms and can fail.)
         msg = get(empty) if count(task_qid) else empty
-        if msg is empty and spin:
+        if msg is empty and (not spin_cap or sum(ctl[spin_lo:spin_hi]) < spin_cap):
             # Linger briefly before sleeping: waking a sleeping thread costs the
             # waker more than a whole no-op task, so in a burst of submits a worker
             # that sleeps after every task halves the pool's throughput.  Bounded,
             # yields the CPU at every step, then blocks on the pipe as usual.
-            for _ in range(spin):
+            ctl[spinning] = 1
+            for _ in range(SPIN):
                 if count(task_qid):
                     msg = get(empty)
                     break
                 yield_cpu()
+            ctl[spinning] = 0
         if msg is empty:
             # Publish "asleep", look once more, then block on the pipe.
             ctl[asleep] = 1
