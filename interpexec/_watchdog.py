@@ -35,7 +35,7 @@ import time
 from . import _compat, _shared
 from ._compat import RLock, get_ident
 from ._errors import Interrupted
-from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, TIMEOUT
+from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, STOPPED, TIMEOUT
 from ._transport import NSLOTS, Channel
 from ._wakeup import MAX_POLL_MS, notify
 
@@ -70,6 +70,7 @@ class TaskState:
         self.swallowed = False  # Python dropped the latest one (the unraisable hook saw it)
         self.stuck_reported = False
         self.retired = False  # the pool replaced this worker: leave after this task
+        self.timed_out = 0  # the task whose deadline passed (its future fails with TimeoutError)
         self.thread_id = get_ident()
 
     def begin(self, tid: int, timeout: float | None) -> bool:
@@ -83,6 +84,16 @@ class TaskState:
             self.timeout = timeout
             self.deadline = 0.0 if timeout is None else time.monotonic() + timeout
         return True
+
+
+def interrupted_report(state: TaskState, tid: int) -> tuple[Any, ...]:
+    """What the loop reports for task ``tid`` stopped by an Interrupted: TIMEOUT
+    again if its deadline passed (the watchdog's own TIMEOUT may be delivered
+    after this report by another thread, and the future must fail with
+    TimeoutError, not end cancelled), else STOPPED."""
+    if state.timed_out == tid:
+        return (tid, TIMEOUT, state.timeout)
+    return (tid, STOPPED, None)
 
 
 def finish_task(state: TaskState) -> None:
@@ -166,6 +177,7 @@ class Watchdog:
             self.results.put((-1, EVENT, self.index, EV_INIT_FAILED, pack_exception(exc)))
             return
         st.retired = True
+        st.timed_out = st.tid
         self.results.put((st.tid, TIMEOUT, st.timeout))
         self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
 

@@ -61,7 +61,7 @@ from ._transport import (
     encode_flat,
 )
 from ._wakeup import INTERRUPT_FDS, MAX_POLL_MS
-from ._watchdog import TaskState, Watchdog, finish_task
+from ._watchdog import TaskState, Watchdog, finish_task, interrupted_report
 from ._worker_env import LogForwarder, MainFixup, ThreadTracker
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
@@ -254,7 +254,7 @@ def _serve(
                     raise RuntimeError("a task of map() raised StopIteration")
                 out = (tid, OK, encode_flat(values, share_buffers=False, snapshot=True))
         except Interrupted:
-            out = (tid, STOPPED, None)
+            out = interrupted_report(state, tid)
         except BaseException as exc:
             out = _report_error(tid, exc)
         finally:
@@ -342,7 +342,11 @@ def _serve(
                         if time.monotonic() >= idle_until:
                             return EXIT_IDLE
                         continue  # (an idle timeout longer than one poll can wait)
-                os.read(task_rfd, 1)
+                try:
+                    os.read(task_rfd, 1)
+                except BlockingIOError:  # (a pool with idle_timeout: another worker took it)
+                    ctl[asleep] = 0
+                    continue
                 ctl[task_read] += 1
                 ctl[asleep] = 0
                 continue
@@ -356,7 +360,7 @@ def _serve(
             out = run(msg)
         except Interrupted:  # landed outside the task's own try (see finish_task)
             finish_task(state)
-            out = (tid, STOPPED, None)
+            out = interrupted_report(state, tid)
         # Drop the task (and any buffers it was lent, whose release is scheduled
         # in the caller's interpreter) before the caller can see the result.
         del msg
