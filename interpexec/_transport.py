@@ -228,10 +228,13 @@ class Channel:
 
     __slots__ = ("_owner", "qid", "rfd", "wfd")
 
-    def __init__(self) -> None:
+    def __init__(self, blocking_read: bool = True) -> None:
         self.qid = _compat.queue_create()
         self.rfd, self.wfd = os.pipe()
         os.set_blocking(self.wfd, False)  # a full pipe means a wake-up is pending anyway
+        # Readers that poll first (with a timeout) need a read end that never
+        # blocks: several may wake for one byte, and only one gets it.
+        os.set_blocking(self.rfd, blocking_read)
         self._owner = True
 
     @classmethod
