@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future, _base
 from threading import Condition
 
-from ._compat import release_if_owned
+from ._compat import RLock, release_if_owned
 from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -68,7 +68,8 @@ class PoolFuture(Future[T]):
             # Called only for attributes not set yet.  setdefault is atomic:
             # threads racing here all get the one Condition that was stored.
             if name == "_condition":
-                return self.__dict__.setdefault("_condition", Condition())
+                # (The C RLock directly: threading.RLock is a Python function around it.)
+                return self.__dict__.setdefault("_condition", Condition(RLock()))
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def cancel(self) -> bool:
@@ -143,11 +144,18 @@ class PoolFuture(Future[T]):
 
 def start_running(fut: Future[Any]) -> bool:
     """``set_running_or_notify_cancel()`` for a future that may have been
-    cancelled already (then it stays cancelled, and False is returned)."""
+    cancelled already: True if it was pending (it is running now); False if it
+    was cancelled (its waiters are told, if ``cancel()`` did not already)."""
     with fut._condition:
-        if fut._state == _NOTIFIED:
-            return False
-        return fut.set_running_or_notify_cancel()
+        state = fut._state
+        if state == _PENDING:
+            fut._state = _RUNNING
+            return True
+        if state == _CANCELLED:  # (the standard cancel(): its waiters learn it now)
+            fut._state = _NOTIFIED
+            for waiter in fut._waiters:
+                waiter.add_cancelled(fut)
+        return False
 
 
 class PipeWaiter(_base._Waiter):
