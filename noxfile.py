@@ -64,6 +64,8 @@ def compat(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The comparison benchmark (table on stdout, JSON in benchmarks/results/)."""
     session.install("-e", ".")
+    if any(arg.startswith("--plot") for arg in session.posargs):
+        session.install("matplotlib")  # (only --plot draws)
     session.run("python", "benchmarks/bench.py", *session.posargs)
 
 
