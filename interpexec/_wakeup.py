@@ -107,7 +107,8 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> boo
     intr = INTERRUPT_FDS.get(_compat.get_ident()) if interruptible and INTERRUPT_FDS else None
     if intr is not None:
         poller.register(intr, select.POLLIN)
-    sig = _watch_signals() if _compat.is_main_thread() else None
+    sig_pipe = _watch_signals() if _compat.is_main_thread() else None
+    sig = None if sig_pipe is None else sig_pipe[0]
     try:
         if sig is not None:
             poller.register(sig, select.POLLIN)
@@ -132,17 +133,13 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> boo
                     continue  # a handler that did not raise: wait on
             return True
     finally:
-        if sig is not None:
-            _unwatch_signals()
+        if sig_pipe is not None:
+            _unwatch_signals(sig_pipe)
 
 
-# The pipe a signal writes to while the main thread waits (created on first use).
-_signal_pipe: Pipe | None = None
-
-
-def _watch_signals() -> int | None:
-    """Install a pipe as the signal wake-up descriptor for the duration of one wait
-    of the main thread; returns its read end.
+def _watch_signals() -> Pipe | None:
+    """Install a pipe (from the free list) as the signal wake-up descriptor for
+    the duration of one wait of the main thread, and return it.
 
     A signal's C handler only sets a flag that the main thread checks between
     bytecodes; a signal landing after the last check and before the blocking
@@ -151,25 +148,25 @@ def _watch_signals() -> int | None:
     descriptor closes the race: the handler also writes a byte, and ``poll``
     sees it.  When another one is installed (an event loop's), it stays, the
     bytes that arrived meanwhile are handed on to it, and None is returned (the
-    wait then relies on EINTR alone)."""
-    global _signal_pipe
-    if _signal_pipe is None:
-        _signal_pipe = new_pipe()
-    r, w = _signal_pipe
-    old = _compat.set_signal_wakeup_fd(w)
+    wait then relies on EINTR alone), as when no pipe can be had."""
+    try:
+        pipe = borrow()
+    except OSError:
+        return None
+    old = _compat.set_signal_wakeup_fd(pipe[1])
     if old == -1:
-        return r
+        return pipe
     _compat.set_signal_wakeup_fd(old)
-    _forward(r, old)
+    _forward(pipe[0], old)
+    give_back(pipe)
     return None
 
 
-def _unwatch_signals() -> None:
+def _unwatch_signals(pipe: Pipe) -> None:
     old = _compat.set_signal_wakeup_fd(-1)
-    if _signal_pipe is None or old != _signal_pipe[1]:
+    if old != pipe[1]:
         _compat.set_signal_wakeup_fd(old)  # a handler installed its own meanwhile: keep it
-    elif old != -1:
-        drain(_signal_pipe[0])
+    give_back(pipe)
 
 
 def _forward(r: int, fd: int) -> None:
@@ -219,13 +216,8 @@ def give_back(pipe: Pipe) -> None:
 def forget_after_fork() -> None:
     """In a forked child: close its copies of the spare pipes and forget the
     lent ones (the threads that borrowed them exist only in the parent)."""
-    global _signal_pipe
     close_free()
     _out.clear()
-    if _signal_pipe is not None:
-        for end in _signal_pipe:
-            os.close(end)
-        _signal_pipe = None
 
 
 def close_free() -> None:
