@@ -79,7 +79,9 @@ __all__ = [
     "queue_put",
     "queue_put_nowait",
     "queue_release",
+    "reacquire",
     "register_atexit",
+    "release_all",
     "release_if_owned",
     "run_string",
     "set_async_exc",
@@ -328,12 +330,12 @@ def is_main_thread() -> bool:
     return _IN_MAIN_INTERPRETER and _thread.get_ident() == _thread._get_main_thread_ident()  # type: ignore[attr-defined]
 
 
-def set_signal_wakeup_fd(fd: int) -> int:
-    """``signal.set_wakeup_fd(fd, warn_on_full_buffer=False)`` without importing
-    ``signal`` (and enum): from now on every signal Python handles writes a byte
-    to ``fd``; returns the descriptor installed before (-1 for none).  Main
-    thread of the main interpreter only."""
-    return int(_signal.set_wakeup_fd(fd, warn_on_full_buffer=False))
+#: ``signal.set_wakeup_fd(fd)`` without importing ``signal`` (and enum): from then
+#: on every signal Python handles writes a byte to ``fd``; returns the descriptor
+#: installed before (-1 for none).  Main thread of the main interpreter only.
+#: The C function itself, so that ``map`` can call it with no Python frame (no
+#: point where a KeyboardInterrupt could cut off its result).
+set_signal_wakeup_fd = _signal.set_wakeup_fd
 
 
 _SIGINT = 2
@@ -455,6 +457,17 @@ class FutureCondition:
 
     def __repr__(self) -> str:
         return f"<FutureCondition({self._lock}, {len(self._waiters or ())})>"
+
+
+def release_all(lock: Any) -> Any:
+    """Release an RLock the calling thread holds, however many times, and return
+    what :func:`reacquire` needs to take it again as deeply (the RLock's
+    ``_release_save``, which ``threading.Condition.wait`` uses)."""
+    return lock._release_save()
+
+
+def reacquire(lock: Any, saved: Any) -> None:
+    lock._acquire_restore(saved)
 
 
 def release_if_owned(lock: Any) -> None:

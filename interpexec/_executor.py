@@ -14,6 +14,7 @@ import weakref
 from concurrent.futures import Executor
 
 from . import _shared
+from ._compat import defer_sigint
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import dumps_callable
@@ -201,15 +202,19 @@ class InterpreterPoolExecutor(Executor):
             except Exception as exc:  # (a KeyboardInterrupt propagates, as it should)
                 msg = None
                 error = exc
-            with pool.lock:
-                pool.check_usable_locked()
-                if exiting():
-                    raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-                if msg is not None:
-                    failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
-            if msg is not None:
-                if failed:
+            # Starting threads (the first submits): a Ctrl-C is held back until
+            # the lock is released (see Resolver.start_locked).
+            starting = not pool.started or pool.active < pool.max_workers
+            with defer_sigint() if starting else _NOT_DEFERRED:
+                with pool.lock:
+                    pool.check_usable_locked()
+                    if exiting():
+                        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+                    if msg is not None:
+                        failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
+                if msg is not None and failed:
                     pool.fail_items(failed)  # (outside the lock: callbacks may run)
+            if msg is not None:
                 return fut
             # Could not be encoded: fail this future only.
             fut.set_running_or_notify_cancel()
@@ -327,6 +332,21 @@ class InterpreterPoolExecutor(Executor):
             "an InterpreterPoolExecutor cannot be sent to its workers: submitting from inside a task is not "
             "supported; return the follow-up work to the caller instead"
         )
+
+
+class _NotDeferred:
+    """``with`` without effect (the common case of ``_submit``)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NOT_DEFERRED = _NotDeferred()
 
 
 def _check_timeout(name: str, value: float | None) -> None:

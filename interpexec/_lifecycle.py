@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+from ._compat import defer_sigint
 from ._dispatch import Dispatcher
 from ._future import set_exception_if_running, start_running
 from ._protocol import WorkerSettings
@@ -53,9 +54,10 @@ class Workers(Dispatcher):
         )
 
     def prestart(self, wait: bool) -> None:
-        with self.lock:
+        with defer_sigint(), self.lock:  # (see start_locked)
             self.check_usable_locked()
             self.start_locked()
+        with self.lock:
             if wait:
                 while self.broken is None and not self._all_ready_locked():
                     self.ready.wait()

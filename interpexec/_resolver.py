@@ -29,7 +29,7 @@ import threading
 import traceback
 from concurrent.futures import _base
 
-from ._compat import defer_sigint, queue_count, queue_get
+from ._compat import queue_count, queue_get
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -64,16 +64,17 @@ if TYPE_CHECKING:
 
 class Resolver(Workers):
     def start_locked(self) -> None:
-        # A Ctrl-C inside Thread.start() could leave a thread running that the
-        # pool does not know of (a second resolver), or one counted that never
-        # ran: held back until the threads have started.
-        with defer_sigint():
-            if not self.started:
-                self.resolver_thread = threading.Thread(
-                    target=self._resolver_loop, name=f"{self.thread_name_prefix}_resolver", daemon=True
-                )
-                self.resolver_thread.start()
-            super().start_locked()
+        """Start the resolver and the missing workers.  In the main thread, call
+        it inside ``_compat.defer_sigint()`` entered before the lock: a Ctrl-C
+        inside Thread.start() could leave a thread running that the pool does
+        not know of (a second resolver), or one counted that never ran; held
+        back, it is raised once the lock is released."""
+        if not self.started:
+            self.resolver_thread = threading.Thread(
+                target=self._resolver_loop, name=f"{self.thread_name_prefix}_resolver", daemon=True
+            )
+            self.resolver_thread.start()
+        super().start_locked()
 
     # ----------------------------------------------------------- collecting
     def take_results(self) -> bool:
@@ -279,9 +280,15 @@ class Resolver(Workers):
             self.inbox.clear()  # late reports of retired workers: not wanted
             self.tasks.close()
             self.results.close()
-        # No worker of any pool left: no thread can write to a waiter's pipe.
-        if not any(p is not self and p.started and not p.closed for p in list(LIVE_POOLS)):
-            close_free()
+        close_spares_if_last()
+
+
+def close_spares_if_last() -> None:
+    """Close the spare wake-up pipes once every pool is closed (no worker of any
+    pool is left, so no thread can write to a waiter's pipe).  Also called after
+    a join: the joining thread gives its pipe back after the last pool closed."""
+    if not any(p.started and not p.closed for p in list(LIVE_POOLS)):
+        close_free()
 
 
 def _report(what: str, exc: BaseException) -> None:

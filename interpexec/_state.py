@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 
-from ._compat import dumps, is_main_thread, release_if_owned
+from ._compat import dumps, is_main_thread, reacquire, release_all, release_if_owned
 from ._pickling import dumps_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
@@ -62,7 +62,7 @@ class Events:
             notify(wfd)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Release the lock (held once), wait for :meth:`notify_all` or
+        """Release the lock, wait for :meth:`notify_all` or
         ``timeout``, take the lock again; False on timeout."""
         if not is_main_thread():
             return self._condition.wait(timeout)
@@ -72,11 +72,11 @@ class Events:
             return self._condition.wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._pipes.append(pipe[1])  # (before releasing: a notify cannot fall in between)
-        self._lock.release()
+        saved = release_all(self._lock)  # (however deeply held: a signal handler may have re-entered)
         try:
-            return wait(pipe[0], deadline)
+            return wait(pipe[0], deadline, own_wfd=pipe[1])
         finally:
-            self._lock.acquire()
+            reacquire(self._lock, saved)
             self._pipes.remove(pipe[1])
             give_back(pipe)
 

@@ -23,6 +23,7 @@ import time
 from . import _compat, _queue, _wakeup
 from ._future import PoolFuture
 from ._protocol import STOP
+from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
 from ._transport import PARK
 from ._waiting import Waiting
@@ -90,6 +91,8 @@ class Stopper(Waiting):
         resolver = self.resolver_thread
         if resolver is not None and resolver is not me and all(w.thread is not me for w in list(self.workers.values())):
             resolver.join()
+        if self.closed:
+            close_spares_if_last()
 
     def terminate(self) -> None:
         """Cancel pending work, fail queued work, stop running tasks, stop workers."""

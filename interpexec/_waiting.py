@@ -25,7 +25,7 @@ from ._protocol import INIT_TID
 from ._resolver import Resolver
 from ._state import WorkItem
 from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS
-from ._wakeup import borrow, drain, give_back, notify, try_borrow, wait
+from ._wakeup import borrow, drain, give_back, lent, notify, try_borrow, wait
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -106,9 +106,10 @@ class Waiting(Resolver):
                 return self._wait_done(fut, timeout)
             return timeout  # the resolver delivers it, and the standard Condition wait serves it
         deadline = None if timeout is None else time.monotonic() + timeout
+        wfd = watch._pipe[1] if watch._pipe else -1  # (only this thread reads the pipe)
         with watch:
             while not watch.check():
-                if not wait(watch.fd, deadline):
+                if not wait(watch.fd, deadline, own_wfd=wfd):
                     return 0.0
         return timeout
 
@@ -130,7 +131,7 @@ class Waiting(Resolver):
                 fut._waiters.append(waiter)
             try:
                 while fut._state in WAITABLE:
-                    if not wait(pipe[0], deadline):
+                    if not wait(pipe[0], deadline, own_wfd=pipe[1]):
                         return 0.0
                     drain(pipe[0])
             finally:
@@ -197,6 +198,25 @@ class Waiting(Resolver):
         # takes over (it collects whatever is queued).
         if item.future._state in WAITABLE:
             self.wake_resolver()
+
+    def release_leaked_locks(self) -> None:
+        super().release_leaked_locks()
+        self.abandon_waits()
+
+    def abandon_waits(self) -> None:
+        """After an exception (a Ctrl-C) left ``result()`` in this thread between
+        registering its pipe and the ``with`` that deregisters it: deregister what
+        this thread left registered, so that its worker wakes the resolver again
+        (the result must be delivered whether or not anyone waits), and give the
+        pipe back."""
+        me = threading.get_ident()
+        with self.lock:
+            items = [item for item in self.inflight.values() if item.waiter_fd and item.waiter_thread == me]
+        for item in items:
+            wfd = item.waiter_fd - 1
+            self.detach_waiter(item, wfd)
+            for pipe in [p for p in lent() if p[1] == wfd]:
+                give_back(pipe)
 
     # ------------------------------------------------------------ interrupts
     def interrupt(self, fut: PoolFuture[Any]) -> bool:

@@ -35,7 +35,18 @@ import time
 
 from . import _compat
 
-__all__ = ["INTERRUPT_FDS", "borrow", "close_free", "drain", "give_back", "new_pipe", "notify", "try_borrow", "wait"]
+__all__ = [
+    "INTERRUPT_FDS",
+    "borrow",
+    "close_free",
+    "drain",
+    "give_back",
+    "lent",
+    "new_pipe",
+    "notify",
+    "try_borrow",
+    "wait",
+]
 
 #: Thread ident -> read end of a pipe that the watchdog writes to after raising an
 #: exception asynchronously in that thread (``PyThreadState_SetAsyncExc`` cannot
@@ -92,7 +103,7 @@ def drain(fd: int) -> int:
     return n
 
 
-def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> bool:
+def wait(fd: int, deadline: float | None, *, interruptible: bool = False, own_wfd: int = -1) -> bool:
     """Block until ``fd`` is readable (True) or ``time.monotonic()`` passes
     ``deadline`` (False; None waits for ever).  With ``interruptible``, the
     calling thread's interrupt pipe is watched too, so that an exception the
@@ -100,84 +111,75 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False) -> boo
 
     In the main thread a signal (Ctrl-C) always ends the wait: its handler runs
     (and a KeyboardInterrupt propagates) even when the signal arrives just
-    before ``poll`` blocks, which ``poll``'s EINTR alone would miss (see
-    :func:`_watch_signals`)."""
+    before ``poll`` blocks.  A signal's C handler only sets a flag that the main
+    thread checks between bytecodes, so one landing after the last check is
+    noticed only once the blocking call returns (CPython's own lock waits have
+    the same race: a Ctrl-C could wait out every queued task).  A pipe installed
+    as the signal wake-up descriptor for the duration of the wait closes the
+    race: the handler also writes a byte, and ``poll`` sees it.  ``own_wfd``,
+    the write end of ``fd``'s pipe when no other thread reads that pipe, serves
+    (a signal is then a spurious wake-up, which the caller re-checks anyway);
+    else a spare pipe is borrowed.  When another descriptor is installed (an
+    event loop's) it stays, and the wait relies on EINTR alone."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    intr = INTERRUPT_FDS.get(_compat.get_ident()) if interruptible and INTERRUPT_FDS else None
-    if intr is not None:
+    intr = INTERRUPT_FDS.get(_compat.get_ident(), -1) if interruptible and INTERRUPT_FDS else -1
+    if intr >= 0:
         poller.register(intr, select.POLLIN)
-    sig_pipe = _watch_signals() if _compat.is_main_thread() else None
-    sig = None if sig_pipe is None else sig_pipe[0]
+    if not _compat.is_main_thread():
+        return _poll(poller, fd, intr, -1, deadline)
+    # A KeyboardInterrupt can be raised whenever a Python-level call returns:
+    # what was installed is recorded by C code (list.extend over map) before
+    # Python can raise, and the finally undoes exactly that.
+    spare: Pipe | None = None
+    swapped: list[int] = []  # [previous] once ours is in; [previous, ours] once a foreign one is back
+    wfd = own_wfd
     try:
-        if sig is not None:
+        if wfd < 0:
+            try:
+                spare = borrow()
+            except OSError:  # out of descriptors: EINTR alone
+                return _poll(poller, fd, intr, -1, deadline)
+            wfd = spare[1]
+        swapped.extend(map(_compat.set_signal_wakeup_fd, (wfd,)))
+        if swapped[0] != -1:  # another one (an event loop's): it stays
+            swapped.extend(map(_compat.set_signal_wakeup_fd, (swapped[0],)))
+            return _poll(poller, fd, intr, -1, deadline)
+        sig = -1
+        if spare is not None:
+            sig = spare[0]
             poller.register(sig, select.POLLIN)
-        while True:
-            if deadline is None:
-                ms: int | None = None
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                ms = min(MAX_POLL_MS, max(1, int(left * 1000 + 0.999)))
-            ready = poller.poll(ms)
-            if not ready:
-                continue
-            fds = [ev_fd for ev_fd, _ in ready]
-            if intr is not None and intr in fds:
-                os.read(intr, 4096)  # the pending exception is raised at the next bytecode
-                return True
-            if sig is not None and sig in fds:
-                drain(sig)  # its handler runs at the next bytecode (the loop's jump back)
-                if fd not in fds:
-                    continue  # a handler that did not raise: wait on
-            return True
+        return _poll(poller, fd, intr, sig, deadline)
     finally:
-        if sig_pipe is not None:
-            _unwatch_signals(sig_pipe)
+        if len(swapped) == 1:
+            now = _compat.set_signal_wakeup_fd(swapped[0])  # back to what was there before
+            if now != wfd:
+                _compat.set_signal_wakeup_fd(now)  # a handler installed its own meanwhile: keep it
+        if spare is not None:
+            give_back(spare)
 
 
-def _watch_signals() -> Pipe | None:
-    """Install a pipe (from the free list) as the signal wake-up descriptor for
-    the duration of one wait of the main thread, and return it.
-
-    A signal's C handler only sets a flag that the main thread checks between
-    bytecodes; a signal landing after the last check and before the blocking
-    call is noticed only once that call returns (CPython's own lock waits have
-    the same race, so a Ctrl-C could wait out every queued task).  The wake-up
-    descriptor closes the race: the handler also writes a byte, and ``poll``
-    sees it.  When another one is installed (an event loop's), it stays, the
-    bytes that arrived meanwhile are handed on to it, and None is returned (the
-    wait then relies on EINTR alone), as when no pipe can be had."""
-    try:
-        pipe = borrow()
-    except OSError:
-        return None
-    old = _compat.set_signal_wakeup_fd(pipe[1])
-    if old == -1:
-        return pipe
-    _compat.set_signal_wakeup_fd(old)
-    _forward(pipe[0], old)
-    give_back(pipe)
-    return None
-
-
-def _unwatch_signals(pipe: Pipe) -> None:
-    old = _compat.set_signal_wakeup_fd(-1)
-    if old != pipe[1]:
-        _compat.set_signal_wakeup_fd(old)  # a handler installed its own meanwhile: keep it
-    give_back(pipe)
-
-
-def _forward(r: int, fd: int) -> None:
-    try:
-        data = os.read(r, 4096)
-    except BlockingIOError:
-        return
-    try:
-        os.write(fd, data)
-    except OSError:
-        pass
+def _poll(poller: select.poll, fd: int, intr: int, sig: int, deadline: float | None) -> bool:
+    while True:
+        if deadline is None:
+            ms: int | None = None
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            ms = min(MAX_POLL_MS, max(1, int(left * 1000 + 0.999)))
+        ready = poller.poll(ms)
+        if not ready:
+            continue
+        fds = [ev_fd for ev_fd, _ in ready]
+        if intr >= 0 and intr in fds:
+            os.read(intr, 4096)  # the pending exception is raised at the next bytecode
+            return True
+        if sig >= 0 and sig in fds:
+            drain(sig)  # its handler runs at the next bytecode (the loop's jump back)
+            if fd not in fds:
+                continue  # a handler that did not raise: wait on
+        return True
 
 
 def borrow() -> Pipe:
@@ -204,6 +206,11 @@ def try_borrow() -> Pipe | None:
             return None
     _out.add(pipe)
     return pipe
+
+
+def lent() -> list[Pipe]:
+    """The pipes out through :func:`try_borrow` now."""
+    return list(_out)
 
 
 def give_back(pipe: Pipe) -> None:

@@ -537,3 +537,75 @@ def test_global_set_under_the_main_guard_is_named_as_the_likely_cause(tmp_path):
     note = proc.stdout.partition("NOTE ")[2]
     assert "'TABLE' is a global of your __main__ module" in note, proc.stdout
     assert "initializer" in note
+
+
+# Ctrl-C can land between any two calls, including right after the main
+# thread's wait installed its signal wake-up descriptor: the wait must still
+# take it out again (else every later wait silently loses its protection, and
+# the program's own set_wakeup_fd sees a stranger's descriptor).  Here a SIGINT
+# storm interrupts thousands of short waits; a wake-up descriptor the program
+# itself installed must come back intact, and nothing may stay installed.
+WAKEUP_FD_STORM_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        mine_r, mine_w = os.pipe()
+        os.set_blocking(mine_w, False)
+        with InterpreterPoolExecutor(1) as pool:
+            fut = pool.submit(fh.busy_then_value, 60, 0)
+            go, stop = threading.Event(), threading.Event()
+            def storm():
+                go.wait()
+                while not stop.is_set():
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.0002)
+            t = threading.Thread(target=storm)
+            t.start()
+            go.set()
+            interrupted = 0
+            for phase in ("ours", "theirs"):
+                if phase == "theirs":
+                    signal.set_wakeup_fd(mine_w)
+                end = time.monotonic() + 1.5
+                while time.monotonic() < end:
+                    try:
+                        try:
+                            fut.result(timeout=0.002)
+                        except TimeoutError:
+                            pass
+                    except KeyboardInterrupt:
+                        interrupted += 1
+                left = signal.set_wakeup_fd(-1)
+                signal.set_wakeup_fd(left)
+                print(phase, left, flush=True)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            stop.set()
+            t.join()
+            pool.interrupt(fut)
+        print("installed at the end", signal.set_wakeup_fd(-1), "expected", mine_w, "interrupted", interrupted)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_storm_never_leaves_the_signal_wakeup_fd_installed(tmp_path):
+    script = tmp_path / "wakeup_storm.py"
+    script.write_text(WAKEUP_FD_STORM_SCRIPT.format(root=ROOT))
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    mine = int(lines[-1].split()[-3])
+    assert lines[0] == "ours -1"  # nothing of interpexec's stayed installed
+    assert lines[1] == f"theirs {mine}"  # the program's own descriptor is back
+    assert lines[-1].startswith(f"installed at the end {mine} ")
+    assert int(lines[-1].split()[-1]) > 100  # the storm did interrupt the waits
+    assert "Fatal Python error" not in out.stderr
