@@ -189,14 +189,29 @@ def _python_exit() -> None:
     _exiting = True
     interrupted = isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt)
     pools = [p for p in list(LIVE_POOLS) if isinstance(p, Stopper)]
+    # A Ctrl-C must not cut these waits short: CPython aborts ("Fatal Python
+    # error") when it finalizes while a worker still runs inside its
+    # interpreter.  Each Ctrl-C during them cancels the queued work and
+    # interrupts the running tasks instead, and the wait goes on.
     for pool in pools:
-        pool.shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
+        while True:
+            try:
+                pool.shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
+                break
+            except KeyboardInterrupt:
+                pool.release_leaked_locks()
+                interrupted = True
     # A retired worker still runs inside its interpreter (a call stuck in C, or
     # threads a task left), and CPython cannot finalize while one does: exit
     # waits for those, as it would for a worker process.
     for pool in pools:
-        if not pool.forked:
-            pool.join(include_retired=True)
+        while not pool.forked:
+            try:
+                pool.join(include_retired=True)
+                break
+            except KeyboardInterrupt:
+                pool.release_leaked_locks()
+                pool.interrupt_running()
 
 
 _compat.register_atexit(_python_exit)

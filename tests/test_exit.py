@@ -97,3 +97,45 @@ def test_unhandled_ctrl_c_cancels_queued_work_and_ends_the_process(tmp_path):
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err
     assert "Fatal Python error" not in err
+
+
+# Ctrl-C pressed again and again while the program ends on the first one: the
+# exit's own shutdown and join are interrupted too.  CPython aborts ("Fatal
+# Python error: Py_EndInterpreter: not the last thread") if it finalizes while
+# a worker still runs inside its interpreter, so those waits must go on.
+CTRL_C_STORM_AT_EXIT_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        ex = InterpreterPoolExecutor(2)
+        go = threading.Event()
+        def storm():
+            go.wait()
+            for _ in range(300):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.002)  # (pacing, not synchronization)
+        threading.Thread(target=storm, daemon=True).start()
+        for _ in ex.map(fh.block_in_c, [0.05] * 400):
+            go.set()  # (from the first result on: the workers are busy)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_storm_during_exit_never_aborts_the_process(tmp_path):
+    script = tmp_path / "storm_at_exit.py"
+    script.write_text(CTRL_C_STORM_AT_EXIT_SCRIPT.format(root=ROOT))
+    for _ in range(3):
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=30,  # the work would take 10 s; it is cancelled at the first Ctrl-C
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        assert proc.returncode != 0
+        assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
+        assert "KeyboardInterrupt" in proc.stderr
