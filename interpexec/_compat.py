@@ -283,7 +283,17 @@ def queue_destroy(qid: int) -> None:
 def set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
     """Raise ``exc`` asynchronously in a thread of the calling interpreter
     (``PyThreadState_SetAsyncExc``; None cancels a pending one)."""
-    import ctypes
+    try:
+        import ctypes
+    except ImportError:
+        raise
+    except Exception:
+        # Seen once on 3.14 under a Ctrl-C storm, in a worker's watchdog thread:
+        # the first import of ctypes failed inside ctypes/__init__ ("class must
+        # define a '_type_' attribute").  A failed import leaves nothing in
+        # sys.modules; importing again is the remedy.
+        sys.modules.pop("ctypes", None)
+        import ctypes
 
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
 

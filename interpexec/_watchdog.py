@@ -96,6 +96,22 @@ def interrupted_report(state: TaskState, tid: int) -> tuple[Any, ...]:
     return (tid, STOPPED, None)
 
 
+def _unraisable(exc: BaseException, message: str) -> None:
+    import sys
+
+    hook = getattr(sys, "unraisablehook", None)
+    if hook is not None:
+        hook(_UnraisableArgs(exc, message))
+
+
+class _UnraisableArgs:
+    """What ``sys.unraisablehook`` expects (as ``sys.UnraisableHookArgs``)."""
+
+    def __init__(self, exc: BaseException, message: str) -> None:
+        self.exc_type, self.exc_value, self.exc_traceback = type(exc), exc, exc.__traceback__
+        self.err_msg, self.object = message, None
+
+
 def finish_task(state: TaskState) -> None:
     """Mark the task over, so the watchdog raises nothing more, and cancel an
     Interrupted it set but that has not surfaced yet.
@@ -163,7 +179,10 @@ class Watchdog:
             st.refire_gap = min(st.refire_gap * 2, REFIRE_MAX)
         st.last_fire = now
         st.swallowed = False
-        _compat.set_async_exc(st.thread_id, Interrupted)
+        try:
+            _compat.set_async_exc(st.thread_id, Interrupted)
+        except Exception as exc:  # the watchdog must live on: it tries again at refire_at
+            _unraisable(exc, "interpexec: a worker's watchdog could not interrupt its task")
         if self.interrupt_wfd >= 0:
             notify(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
 
