@@ -16,6 +16,7 @@ import sys
 import time
 
 import _tasks as workloads
+from _util import proc_status_kib
 
 from harness.config import PREFIX, Config
 
@@ -84,15 +85,6 @@ def tree_memory_kib(root: int) -> list[tuple[int, int, int]]:
         raise RuntimeError("measuring memory needs /proc (Linux) or psutil") from None
     top = psutil.Process(root)
     return [(p.pid, p.memory_info().rss // 1024, 0) for p in [top, *top.children(recursive=True)]]
-
-
-def _status_kib(field: str) -> int:
-    """A figure of /proc/self/status in KiB (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status (measuring memory needs Linux)")
 
 
 def _reset_peak_rss() -> bool:
@@ -171,13 +163,13 @@ class Child:
 
         ex, noop, m = self.executor(), workloads.noop, self.cfg.queued
         reset = _reset_peak_rss()
-        before = _status_kib("VmRSS")
+        before = proc_status_kib("VmRSS")
         t0 = time.perf_counter()
         futures = [ex.submit(noop) for _ in range(m)]
         submitted = time.perf_counter()
         wait(futures)
         elapsed = time.perf_counter() - t0
-        peak = _status_kib("VmHWM")
+        peak = proc_status_kib("VmHWM")
         failed = sum(1 for f in futures if f.exception() is not None)
         if failed:
             raise RuntimeError(f"{failed} of {m} tasks failed")
