@@ -66,6 +66,7 @@ __all__ = [
     "destroy_interpreter",
     "dumps",
     "get_ident",
+    "ignore_sigint",
     "is_main_thread",
     "loads",
     "main_interpreter_id",
@@ -83,6 +84,7 @@ __all__ = [
     "register_atexit",
     "release_all",
     "release_if_owned",
+    "restore_sigint",
     "run_string",
     "set_async_exc",
     "set_signal_wakeup_fd",
@@ -467,6 +469,19 @@ class FutureCondition:
 
     def __repr__(self) -> str:
         return f"<FutureCondition({self._lock}, {len(self._waiters or ())})>"
+
+
+def ignore_sigint() -> Any:
+    """Ignore Ctrl-C from now on (main thread of the main interpreter only);
+    returns the handler to give back to :func:`restore_sigint`, or None when
+    nothing was changed."""
+    if not is_main_thread() or _signal.getsignal(_SIGINT) is None:
+        return None
+    return _signal.signal(_SIGINT, _signal.SIG_IGN)
+
+
+def restore_sigint(handler: Any) -> None:
+    _signal.signal(_SIGINT, handler)
 
 
 def release_all(lock: Any) -> Any:

@@ -191,27 +191,38 @@ def _python_exit() -> None:
     pools = [p for p in list(LIVE_POOLS) if isinstance(p, Stopper)]
     # A Ctrl-C must not cut these waits short: CPython aborts ("Fatal Python
     # error") when it finalizes while a worker still runs inside its
-    # interpreter.  Each Ctrl-C during them cancels the queued work and
-    # interrupts the running tasks instead, and the wait goes on.
-    for pool in pools:
-        while True:
-            try:
-                pool.shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
-                break
-            except KeyboardInterrupt:
-                pool.release_leaked_locks()
-                interrupted = True
-    # A retired worker still runs inside its interpreter (a call stuck in C, or
-    # threads a task left), and CPython cannot finalize while one does: exit
-    # waits for those, as it would for a worker process.
-    for pool in pools:
-        while not pool.forked:
-            try:
-                pool.join(include_retired=True)
-                break
-            except KeyboardInterrupt:
-                pool.release_leaked_locks()
-                pool.interrupt_running()
+    # interpreter.  Once work is being cancelled and tasks interrupted (after an
+    # unhandled Ctrl-C, or the first one during these waits) further Ctrl-Cs are
+    # ignored until every pool has stopped (a handler swapped in at the first
+    # statement of an except clause could itself be cut short by the next one).
+    previous = _compat.ignore_sigint() if interrupted else None
+    try:
+        for pool in pools:
+            while True:
+                try:
+                    pool.shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
+                    break
+                except KeyboardInterrupt:
+                    if previous is None:
+                        previous = _compat.ignore_sigint()
+                    interrupted = True
+                    pool.release_leaked_locks()
+        # A retired worker still runs inside its interpreter (a call stuck in C,
+        # or threads a task left), and CPython cannot finalize while one does:
+        # exit waits for those, as it would for a worker process.
+        for pool in pools:
+            while not pool.forked:
+                try:
+                    pool.join(include_retired=True)
+                    break
+                except KeyboardInterrupt:
+                    if previous is None:
+                        previous = _compat.ignore_sigint()
+                    pool.release_leaked_locks()
+                    pool.interrupt_running()
+    finally:
+        if previous is not None:
+            _compat.restore_sigint(previous)
 
 
 _compat.register_atexit(_python_exit)
