@@ -16,7 +16,7 @@ import sys
 import time
 
 import _tasks as workloads
-from _util import proc_status_kib
+from _util import proc_status_kib, reset_peak_rss
 
 from harness.config import PREFIX, Config
 
@@ -87,16 +87,6 @@ def tree_memory_kib(root: int) -> list[tuple[int, int, int]]:
     return [(p.pid, p.memory_info().rss // 1024, 0) for p in [top, *top.children(recursive=True)]]
 
 
-def _reset_peak_rss() -> bool:
-    """Reset VmHWM to the current VmRSS (Linux: write 5 to clear_refs); False if refused."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
 # ---------------------------------------------------------------------- child
 def executor_factory(kind: str) -> Callable[[int], Executor]:
     """Import what ``kind`` needs (outside any measurement) and return its constructor."""
@@ -162,7 +152,7 @@ class Child:
         from concurrent.futures import wait
 
         ex, noop, m = self.executor(), workloads.noop, self.cfg.queued
-        reset = _reset_peak_rss()
+        reset = reset_peak_rss()
         before = proc_status_kib("VmRSS")
         t0 = time.perf_counter()
         futures = [ex.submit(noop) for _ in range(m)]
