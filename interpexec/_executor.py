@@ -6,6 +6,7 @@ See :mod:`interpexec._pool` for the data flow.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import itertools
 import os
@@ -334,19 +335,7 @@ class InterpreterPoolExecutor(Executor):
         )
 
 
-class _NotDeferred:
-    """``with`` without effect (the common case of ``_submit``)."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NOT_DEFERRED = _NotDeferred()
+_NOT_DEFERRED = contextlib.nullcontext()  # (the common case of _submit)
 
 
 def _check_timeout(name: str, value: float | None) -> None:
