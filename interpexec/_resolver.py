@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 class Resolver(Workers):
     def start_locked(self) -> None:
         """Start the resolver and the missing workers.  In the main thread, call
-        it inside ``_compat.defer_sigint()`` entered before the lock: a Ctrl-C
+        it inside ``_sigint.defer_sigint()`` entered before the lock: a Ctrl-C
         inside Thread.start() could leave a thread running that the pool does
         not know of (a second resolver), or one counted that never ran; held
         back, it is raised once the lock is released."""
@@ -85,19 +85,35 @@ class Resolver(Workers):
         threads call this before they do)."""
         if self.closed or not queue_count(self.results.qid):
             return False  # (the common case, without the lock)
+        failed = None
         with self.collect_lock:
             if self.closed:
                 return False
             qid, inbox = self.results.qid, self.inbox
-            took = False
+            taken = []  # (the inbox itself: other threads deliver from it meanwhile)
             while n := queue_count(qid):
-                took = True
                 for _ in range(n):
                     msg = queue_get(qid)
                     if msg[1] == OK and len(msg[2]) == 3:
                         msg = (msg[0], OK, materialize(msg[2]))
                     inbox.append(msg)
-            return took
+                    taken.append(msg[0])
+            if not taken:
+                return False
+            # The batch leaves the window at once, in queue order (one lock entry
+            # and one dispatch per batch): whichever thread settles a future, the
+            # pool's counts already agree with what the workers have reported.
+            inflight, unsettled = self.inflight, self.unsettled
+            with self.lock:
+                for tid in taken:
+                    if tid > 0 and (item := inflight.pop(tid, None)) is not None:
+                        unsettled[tid] = item
+                        self.completed += 1
+                if self.pending or self.shutdown_flag:
+                    failed = self.dispatch_locked()
+        if failed:
+            self.fail_items(failed)
+        return True
 
     def after_worker_exit(self) -> None:
         self.wake_resolver()  # it delivers what the worker left, and may end
@@ -164,7 +180,7 @@ class Resolver(Workers):
             self._event(msg[2], msg[3], msg[4])
             return
         inflight = self.inflight
-        item = inflight.get(tid) or self.unsettled.get(tid)
+        item = self.unsettled.get(tid) or inflight.get(tid)
         if item is None:
             return  # cancelled, timed out or interrupted earlier: a late report
         fut = item.future
@@ -174,14 +190,17 @@ class Resolver(Workers):
             outcome = (True, msg[2][1])  # (the common case, inline)
         else:
             outcome = self._outcome(item, kind, msg)
-        with self.lock:
-            if inflight.get(tid) is item:
-                del inflight[tid]
-                self.unsettled[tid] = item
-                self.completed += 1
-            failed = self.dispatch_locked() if self.pending or self.shutdown_flag else None
-        if failed:
-            self.fail_items(failed)
+        if inflight.get(tid) is item:
+            # (take_results moves a batch out of the window; only a Ctrl-C
+            # between its steps leaves this to be done here)
+            with self.lock:
+                if inflight.get(tid) is item:
+                    del inflight[tid]
+                    self.unsettled[tid] = item
+                    self.completed += 1
+                failed = self.dispatch_locked() if self.pending or self.shutdown_flag else None
+            if failed:
+                self.fail_items(failed)
         try:
             if outcome is not None and fut._state == _base.RUNNING:
                 if outcome[0]:
