@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 __all__ = [
     "VERSION",
     "ExecFailure",
-    "FutureCondition",
     "InterpreterError",
     "NotShareableError",
     "PickleBuffer",
@@ -61,14 +60,13 @@ __all__ = [
     "allocate_lock",
     "create_interpreter",
     "current_interpreter_id",
-    "defer_sigint",
     "deque",
     "destroy_interpreter",
     "dumps",
     "get_ident",
-    "ignore_sigint",
     "is_main_thread",
     "loads",
+    "lock_is_owned",
     "main_interpreter_id",
     "queue_bind",
     "queue_count",
@@ -84,7 +82,6 @@ __all__ = [
     "register_atexit",
     "release_all",
     "release_if_owned",
-    "restore_sigint",
     "run_string",
     "set_async_exc",
     "set_signal_wakeup_fd",
@@ -350,140 +347,6 @@ def is_main_thread() -> bool:
 set_signal_wakeup_fd = _signal.set_wakeup_fd
 
 
-_SIGINT = 2
-
-
-class defer_sigint:
-    """Hold a Ctrl-C back until the block ends, in the main thread (elsewhere it
-    cannot land anyway): for steps that must not be cut in two, such as starting
-    a thread (``Thread.start()`` can raise KeyboardInterrupt before or after the
-    thread exists, which the caller cannot tell apart).  The SIGINT handler is
-    swapped for one that records the signal; at the end the original is put
-    back and called with what was recorded (so the KeyboardInterrupt is raised
-    there).  Nothing is swapped when the handler was not installed from Python."""
-
-    __slots__ = ("_caught", "_old")
-
-    def __enter__(self) -> defer_sigint:
-        self._caught: tuple[int, Any] | None = None
-        self._old: Any = None
-        if is_main_thread() and _signal.getsignal(_SIGINT) is not None:
-            # (Once swapped, no KeyboardInterrupt can leave __enter__: ours records.)
-            self._old = _signal.signal(_SIGINT, self._record)
-        return self
-
-    def _record(self, signum: int, frame: Any) -> None:
-        self._caught = (signum, frame)
-
-    def __exit__(self, *exc: object) -> None:
-        old, self._old = self._old, None
-        if old is None:
-            return
-        _signal.signal(_SIGINT, old)
-        caught, self._caught = self._caught, None
-        if caught is None:
-            return
-        if callable(old):
-            old(*caught)  # default_int_handler raises KeyboardInterrupt here
-        elif old == _signal.SIG_DFL:
-            _signal.raise_signal(_SIGINT)
-
-
-class FutureCondition:
-    """A ``threading.Condition`` over an RLock for one Future, about 150 bytes
-    instead of 1.3 KB: slots instead of an instance dict with five bound
-    methods, and the waiters' deque made only when a thread first waits (most
-    futures are never waited on through their condition).  ``wait``, ``notify``
-    and ``notify_all`` are threading.Condition's (3.13-3.15), over the C RLock's
-    ``_release_save``/``_acquire_restore``/``_is_owned``; ``acquire``, ``release``
-    and ``with`` are the lock's, which is all ``concurrent.futures`` uses."""
-
-    __slots__ = ("_lock", "_waiters", "acquire", "release")
-
-    def __init__(self) -> None:
-        lock: Any = _thread.RLock()
-        self._lock = lock
-        self.acquire = lock.acquire
-        self.release = lock.release
-        self._waiters: deque[Any] | None = None
-
-    def __enter__(self) -> bool:
-        return bool(self._lock.__enter__())
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-    def _is_owned(self) -> bool:
-        return bool(self._lock._is_owned())
-
-    def wait(self, timeout: float | None = None) -> bool:
-        lock: Any = self._lock
-        if not lock._is_owned():
-            raise RuntimeError("cannot wait on un-acquired lock")
-        waiter = _thread.allocate_lock()
-        waiter.acquire()
-        if self._waiters is None:
-            self._waiters = deque()
-        self._waiters.append(waiter)
-        saved_state = lock._release_save()
-        gotit = False
-        try:  # restore state no matter what (e.g., KeyboardInterrupt)
-            if timeout is None:
-                waiter.acquire()
-                gotit = True
-            elif timeout <= 0:
-                gotit = waiter.acquire(False)
-            else:
-                gotit = waiter.acquire(True, timeout)
-            return gotit
-        finally:
-            lock._acquire_restore(saved_state)
-            if not gotit:
-                try:
-                    self._waiters.remove(waiter)
-                except ValueError:
-                    pass
-
-    def notify(self, n: int = 1) -> None:
-        if not self._lock._is_owned():
-            raise RuntimeError("cannot notify on un-acquired lock")
-        waiters = self._waiters
-        while waiters and n > 0:
-            waiter = waiters[0]
-            try:
-                waiter.release()
-            except RuntimeError:  # (gh-92530: released by an interrupted notify)
-                pass
-            else:
-                n -= 1
-            try:
-                waiters.remove(waiter)
-            except ValueError:
-                pass
-
-    def notify_all(self) -> None:
-        if self._waiters:
-            self.notify(len(self._waiters))
-        elif not self._lock._is_owned():
-            raise RuntimeError("cannot notify on un-acquired lock")
-
-    def __repr__(self) -> str:
-        return f"<FutureCondition({self._lock}, {len(self._waiters or ())})>"
-
-
-def ignore_sigint() -> Any:
-    """Ignore Ctrl-C from now on (main thread of the main interpreter only);
-    returns the handler to give back to :func:`restore_sigint`, or None when
-    nothing was changed."""
-    if not is_main_thread() or _signal.getsignal(_SIGINT) is None:
-        return None
-    return _signal.signal(_SIGINT, _signal.SIG_IGN)
-
-
-def restore_sigint(handler: Any) -> None:
-    _signal.signal(_SIGINT, handler)
-
-
 def release_all(lock: Any) -> Any:
     """Release an RLock the calling thread holds, however many times, and return
     what :func:`reacquire` needs to take it again as deeply (the RLock's
@@ -493,6 +356,11 @@ def release_all(lock: Any) -> Any:
 
 def reacquire(lock: Any, saved: Any) -> None:
     lock._acquire_restore(saved)
+
+
+def lock_is_owned(lock: Any) -> bool:
+    """Whether the calling thread holds the RLock ``lock`` (its ``_is_owned``)."""
+    return bool(lock._is_owned())
 
 
 def release_if_owned(lock: Any) -> None:

@@ -15,12 +15,12 @@ import weakref
 from concurrent.futures import Executor
 
 from . import _shared
-from ._compat import defer_sigint
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import dumps_callable
 from ._pool import Pool, exiting
 from ._protocol import CALL, CHUNK
+from ._sigint import defer_sigint
 from ._state import LIVE_POOLS
 from ._transport import encode_call_args, encode_columns
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future, _base
 
-from ._compat import FutureCondition, release_if_owned
+from ._compat import release_if_owned
+from ._condition import FutureCondition
 from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -49,7 +50,7 @@ class PoolFuture(Future[T]):
     """
 
     def __init__(self, pool: FutureOwner, tid: int, interrupt_on_cancel: bool = False) -> None:
-        # Future.__init__ with a compact Condition (see _compat.FutureCondition):
+        # Future.__init__ with a compact Condition (see _condition.FutureCondition):
         # a queued or finished future costs about 750 bytes instead of 2 KB.
         self._condition = FutureCondition()  # type: ignore[assignment]
         self._state = _PENDING

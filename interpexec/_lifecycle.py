@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import warnings
 
-from ._compat import defer_sigint
 from ._dispatch import Dispatcher
 from ._future import set_exception_if_running, start_running
 from ._protocol import WorkerSettings
+from ._sigint import defer_sigint
 from ._state import WorkItem
 from ._wakeup import notify
 from ._worker import Worker

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from . import _compat, _queue, _wakeup
+from . import _compat, _queue, _sigint, _wakeup
 from ._future import PoolFuture
 from ._protocol import STOP
 from ._resolver import close_spares_if_last
@@ -195,7 +195,7 @@ def _python_exit() -> None:
     # unhandled Ctrl-C, or the first one during these waits) further Ctrl-Cs are
     # ignored until every pool has stopped (a handler swapped in at the first
     # statement of an except clause could itself be cut short by the next one).
-    previous = _compat.ignore_sigint() if interrupted else None
+    previous = _sigint.ignore_sigint() if interrupted else None
     try:
         for pool in pools:
             while True:
@@ -204,7 +204,7 @@ def _python_exit() -> None:
                     break
                 except KeyboardInterrupt:
                     if previous is None:
-                        previous = _compat.ignore_sigint()
+                        previous = _sigint.ignore_sigint()
                     interrupted = True
                     pool.release_leaked_locks()
         # A retired worker still runs inside its interpreter (a call stuck in C,
@@ -217,12 +217,12 @@ def _python_exit() -> None:
                     break
                 except KeyboardInterrupt:
                     if previous is None:
-                        previous = _compat.ignore_sigint()
+                        previous = _sigint.ignore_sigint()
                     pool.release_leaked_locks()
                     pool.interrupt_running()
     finally:
         if previous is not None:
-            _compat.restore_sigint(previous)
+            _sigint.restore_sigint(previous)
 
 
 _compat.register_atexit(_python_exit)

@@ -1,0 +1,84 @@
+"""The compact Condition each :class:`~interpexec._future.PoolFuture` carries."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ._compat import RLock, allocate_lock, lock_is_owned, reacquire, release_all
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class FutureCondition(RLock):  # type: ignore[misc]
+    """A ``threading.Condition`` for one Future, about 80 bytes instead of 1.3 KB:
+    the C RLock itself, plus the waiters' deque made only when a thread first
+    waits (most futures are never waited on through their condition).
+
+    ``with``, ``acquire`` and ``release`` are the C lock's own: no Python frame
+    between acquiring the lock and the protection of a ``with`` block, where a
+    Ctrl-C would leave the lock held for ever (threading.Condition's
+    ``__enter__`` is Python code).  ``wait``, ``notify`` and ``notify_all`` are
+    threading.Condition's (3.13-3.15), over the lock's save/restore
+    (``_compat.release_all``/``reacquire``), which is all ``concurrent.futures``
+    uses."""
+
+    __slots__ = ("_waiters",)
+
+    def __init__(self) -> None:
+        self._waiters: deque[Any] | None = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        lock: Any = self
+        if not lock_is_owned(lock):
+            raise RuntimeError("cannot wait on un-acquired lock")
+        waiter = allocate_lock()
+        waiter.acquire()
+        if self._waiters is None:
+            self._waiters = deque()
+        self._waiters.append(waiter)
+        saved_state = release_all(lock)
+        gotit = False
+        try:  # restore state no matter what (e.g., KeyboardInterrupt)
+            if timeout is None:
+                waiter.acquire()
+                gotit = True
+            elif timeout <= 0:
+                gotit = waiter.acquire(False)
+            else:
+                gotit = waiter.acquire(True, timeout)
+            return gotit
+        finally:
+            reacquire(lock, saved_state)
+            if not gotit:
+                try:
+                    self._waiters.remove(waiter)
+                except ValueError:  # (already removed by a notify)
+                    pass
+
+    def notify(self, n: int = 1) -> None:
+        if not lock_is_owned(self):
+            raise RuntimeError("cannot notify on un-acquired lock")
+        waiters = self._waiters
+        while waiters and n > 0:
+            waiter = waiters[0]
+            try:
+                waiter.release()
+            except RuntimeError:  # (gh-92530: released by an interrupted notify)
+                pass
+            else:
+                n -= 1
+            try:
+                waiters.remove(waiter)
+            except ValueError:  # (removed by the waiter itself, on timeout)
+                pass
+
+    def notify_all(self) -> None:
+        if self._waiters:
+            self.notify(len(self._waiters))
+        elif not lock_is_owned(self):
+            raise RuntimeError("cannot notify on un-acquired lock")
+
+    def __repr__(self) -> str:
+        return f"<FutureCondition({super().__repr__()}, {len(self._waiters or ())})>"

@@ -1,0 +1,67 @@
+"""Ctrl-C around steps that must not be cut in two (main interpreter only).
+
+A ``KeyboardInterrupt`` is raised between any two bytecodes of the main thread,
+including inside ``Thread.start()`` and between ``with lock:``'s ``__enter__`` and
+its block.  :class:`defer_sigint` holds SIGINT back over such a step and raises
+it afterwards; :func:`ignore_sigint` / :func:`restore_sigint` bracket the exit,
+where a second Ctrl-C must not abort stopping the pools.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from ._compat import is_main_thread
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class defer_sigint:
+    """Hold a Ctrl-C back until the block ends, in the main thread (elsewhere it
+    cannot land anyway): for steps that must not be cut in two, such as starting
+    a thread (``Thread.start()`` can raise KeyboardInterrupt before or after the
+    thread exists, which the caller cannot tell apart).  The SIGINT handler is
+    swapped for one that records the signal; at the end the original is put
+    back and called with what was recorded (so the KeyboardInterrupt is raised
+    there).  Nothing is swapped when the handler was not installed from Python."""
+
+    __slots__ = ("_caught", "_old")
+
+    def __enter__(self) -> defer_sigint:
+        self._caught: tuple[int, Any] | None = None
+        self._old: Any = None
+        if is_main_thread() and signal.getsignal(signal.SIGINT) is not None:
+            # (Once swapped, no KeyboardInterrupt can leave __enter__: ours records.)
+            self._old = signal.signal(signal.SIGINT, self._record)
+        return self
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self._caught = (signum, frame)
+
+    def __exit__(self, *exc: object) -> None:
+        old, self._old = self._old, None
+        if old is None:
+            return
+        signal.signal(signal.SIGINT, old)
+        caught, self._caught = self._caught, None
+        if caught is None:
+            return
+        if callable(old):
+            old(*caught)  # default_int_handler raises KeyboardInterrupt here
+        elif old == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+
+
+def ignore_sigint() -> Any:
+    """Ignore Ctrl-C from now on (main thread of the main interpreter only);
+    returns the handler to give back to :func:`restore_sigint`, or None when
+    nothing was changed."""
+    if not is_main_thread() or signal.getsignal(signal.SIGINT) is None:
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def restore_sigint(handler: Any) -> None:
+    signal.signal(signal.SIGINT, handler)
