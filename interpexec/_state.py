@@ -191,6 +191,18 @@ class PoolState:
         release_if_owned(self.lock)
         release_if_owned(self.collect_lock)
 
+    def release_future_locks(self) -> None:
+        """Release the conditions of this pool's futures that this thread holds.
+        For the exit: ``concurrent.futures.wait()`` and ``as_completed()`` take
+        every future's lock in a Python loop, so a Ctrl-C landing there leaves
+        some held (the standard library's own futures have the same flaw), and
+        the resolver would block on them for ever.  No pool lock is taken (the
+        resolver may hold it while it waits for such a future); copying the
+        collections is atomic under the GIL."""
+        for items in (list(self.pending), list(self.inflight.values()), list(self.unsettled.values())):
+            for item in items:
+                release_if_owned(item.future._condition)
+
     def broken_error(self) -> BrokenInterpreterPool:
         from ._broken import BrokenInterpreterPool  # (not at import: see _broken)
 

@@ -198,6 +198,11 @@ def _python_exit() -> None:
     previous = _sigint.ignore_sigint() if interrupted else None
     try:
         for pool in pools:
+            # What a Ctrl-C left held by this (the main) thread, which now holds
+            # nothing of ours legitimately: the resolver must not wait for it.
+            pool.release_leaked_locks()
+            pool.release_future_locks()
+        for pool in pools:
             while True:
                 try:
                     pool.shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)

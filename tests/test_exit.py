@@ -139,3 +139,61 @@ def test_ctrl_c_storm_during_exit_never_aborts_the_process(tmp_path):
         assert proc.returncode != 0
         assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
         assert "KeyboardInterrupt" in proc.stderr
+
+
+LEAKED_LOCK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        wfd = int(sys.argv[1])
+        pool = InterpreterPoolExecutor(1)
+        futs = [pool.submit(fh.busy_then_value, 0.05, i) for i in range(3)]
+        for f in futs:
+            f.add_done_callback(lambda f: os.write(wfd, bytes([f.result()])))
+        # What a Ctrl-C inside concurrent.futures.wait()/as_completed() can leave
+        # behind (they take every future's lock in a Python loop): the main thread
+        # still holds two futures' locks when the program ends.
+        futs[0]._condition.acquire()
+        futs[2]._condition.acquire()
+        print("holding", flush=True)
+        if sys.argv[2] == "ctrl-c":
+            raise KeyboardInterrupt
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["normal", "ctrl-c"])
+def test_future_locks_the_main_thread_left_held_do_not_hang_the_exit(tmp_path, how):
+    script = tmp_path / "leaked.py"
+    script.write_text(LEAKED_LOCK_SCRIPT.format(root=ROOT))
+    rfd, wfd = os.pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(wfd), how],
+            capture_output=True,
+            text=True,
+            timeout=50,
+            pass_fds=(wfd,),
+        )
+        os.close(wfd)
+        wfd = -1
+        done = b""
+        while chunk := os.read(rfd, 1024):
+            done += chunk
+    finally:
+        os.close(rfd)
+        if wfd >= 0:
+            os.close(wfd)
+    assert "holding" in proc.stdout, proc.stderr
+    if how == "normal":
+        # Exit waits for the queued work, as usual, and every result is delivered.
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(done) == [0, 1, 2]
+    else:
+        assert proc.returncode != 0
+        assert "KeyboardInterrupt" in proc.stderr
+        assert "Fatal Python error" not in proc.stderr
