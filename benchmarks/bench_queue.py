@@ -76,7 +76,7 @@ def bench_round_trip(ex: Any, queue_type: Any, n: int) -> float:
 def bench_throughput(ex: Any, n: int, maxsize: int) -> float:
     import bench_queue
 
-    from interpexec._queue import Queue
+    from interpexec import Queue
 
     q = Queue(maxsize)
     t0 = time.perf_counter()
@@ -108,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import interpexec
-    from interpexec._queue import Queue
+    from interpexec import Queue
 
     try:
         from concurrent.interpreters import create_queue

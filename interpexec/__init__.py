@@ -12,18 +12,22 @@ How a call travels (modules named in brackets)::
       -> task Channel: queue + pipe         [_transport] over _interpqueues [_compat]
       -> serve() loop inside a worker       [_worker_main], entered once per interpreter
                                             by a worker thread [_worker, _lifecycle]
-      -> result Channel -> resolver         [_resolver]  settles the PoolFuture [_future]
+      -> result Channel -> resolver         [_resolver]  settles the PoolFuture [_future,
+                                                         _condition]
+    pool state; stats(); map()'s iterator   [_state, _pool, _map]; callables by reference [_pickling]
     messages between interpreters           [_protocol]  named kinds, settings as data
-    errors: remote traceback as __cause__   [_errors]
+    errors: remote traceback as __cause__   [_errors]; BrokenInterpreterPool [_broken]
     blocking and waking: pipes, poll(), one free list                        [_wakeup]
     result() / event loops wait on a pipe of their own (a shortcut)          [_waiting]
     deadlines, interrupt(): a watchdog thread inside each worker interpreter [_watchdog]
-    shutdown, terminate, exit, Ctrl-C, os.fork()                             [_stopping]
+    shutdown, terminate, exit, Ctrl-C, os.fork()                 [_stopping, _sigint]
+    inside a worker: __main__ fixup, log forwarding, threads left [_worker_env]
 
 Around the core: ``aio`` (async), ``dask/`` (a package: the worker-side plan
-evaluator, translation of distributed's tasks, the plugin), ``_queue``
-(``interpexec.Queue``), ``_shared`` (``share()``), ``_doctor*``/``_demo``/``_bench``
-(the command line, ``__main__``).
+evaluator, translation of distributed's tasks, the plugin), ``joblib/`` (the
+joblib backend, and what its workers run), ``_queue`` (``interpexec.Queue``),
+``_shared`` (``share()``), ``_reusable`` (``get_reusable_executor()``),
+``_doctor*``/``_demo``/``_bench`` (the command line, ``__main__``).
 
 See docs/architecture.md for the full diagram.
 

@@ -130,7 +130,7 @@ class InterpreterPoolExecutor(Executor):
         if interrupt_grace < 0:
             raise ValueError("interrupt_grace must be >= 0")
         self._max_workers = max_workers
-        self._mp_context = mp_context  # accepted for compatibility; has no effect
+        del mp_context  # accepted for compatibility; has no effect
         self._task_timeout = task_timeout
         self._pool = Pool(
             max_workers,

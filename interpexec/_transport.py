@@ -63,7 +63,7 @@ def is_native(obj: Any, _depth: int = 0) -> bool:
 Encoded = tuple["Any", ...]
 
 
-_FLAT_OK = frozenset((type(None), bool, float, str, bytes))
+_FLAT_OK = frozenset(SCALARS)
 
 
 def _flat_native(items: tuple[Any, ...]) -> bool:

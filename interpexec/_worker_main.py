@@ -218,7 +218,7 @@ def _serve(
                 load(fn_blob)(*initargs)
         except Interrupted:
             failure = TimeoutError("the initializer was stopped (its deadline passed, or the pool was stopped)")
-        except BaseException as exc:
+        except BaseException as exc:  # anything the initializer raised: reported, the pool breaks
             failure = exc
         finally:
             try:
@@ -255,7 +255,7 @@ def _serve(
                 out = (tid, OK, encode_flat(values, share_buffers=False, snapshot=True))
         except Interrupted:
             out = interrupted_report(state, tid)
-        except BaseException as exc:
+        except BaseException as exc:  # anything the task raised (SystemExit too): its future fails with it
             out = _report_error(tid, exc)
         finally:
             finish_task(state)

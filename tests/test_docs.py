@@ -301,3 +301,24 @@ def test_dist_check_finds_a_missing_license(tmp_path):
     assert any(".tar.gz: lacks LICENSE" in p for p in problems)
     assert any(p.endswith(".whl: no .dist-info/licenses/LICENSE with the repository's text") for p in problems)
     assert any("License-File" in p for p in problems)
+
+
+def test_architecture_names_every_module_of_the_package():
+    # docs/architecture.md is where a reader finds the file for a concern: every
+    # module of the package is in it, and every module it names exists.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.join(root, "interpexec")
+    with open(os.path.join(root, "docs", "architecture.md"), encoding="utf-8") as f:
+        text = f.read()
+    modules = set()
+    for dirpath, _dirs, files in os.walk(package):
+        sub = os.path.relpath(dirpath, package)
+        for name in files:
+            if name.endswith(".py") and name != "__init__.py":
+                stem = name[:-3]
+                modules.add(stem if sub == "." else f"{sub}/{stem}")
+    missing = sorted(m for m in modules if f"`{m}`" not in text and f"`{m}`," not in text)
+    assert not missing, f"docs/architecture.md does not name {missing}"
+    named = set(re.findall(r"`((?:dask/|joblib/)?_[a-z][a-z_]*)`", text))
+    unknown = sorted(n for n in named if n not in modules and not n.startswith(("_interp", "_thread", "_base")))
+    assert not unknown, f"docs/architecture.md names modules that do not exist: {unknown}"

@@ -53,7 +53,7 @@ def dumps_batch(items: list[Triple]) -> tuple[bytes, list[PickleBuffer]]:
     except ImportError:
         try:
             return dumps(items, protocol=5, buffer_callback=buffers.append), buffers
-        except Exception as exc:
+        except Exception as exc:  # whatever pickle refused: re-raised as PicklingError with the remedy
             import pickle
 
             raise pickle.PicklingError(
@@ -69,7 +69,7 @@ def _dumps_any(obj: object) -> bytes:
     was sent by value, a lambda made in the task)."""
     try:
         return dumps(obj, protocol=5)
-    except Exception as exc:
+    except Exception as exc:  # plain pickle refused: try cloudpickle, else raise this error
         error = exc
     try:
         import cloudpickle
@@ -98,14 +98,14 @@ def _carrier(exc: Exception) -> ByValueError | None:
     try:
         loads(dumps(exc, protocol=5))
         return None
-    except Exception:
+    except Exception:  # plain pickle cannot round-trip it: try cloudpickle below
         pass
     cloudpickle = sys.modules.get("cloudpickle")
     if cloudpickle is None:
         return None
     try:
         blob = bytes(cloudpickle.dumps(exc, protocol=5))
-    except Exception:
+    except Exception:  # cloudpickle cannot either: the worker reports it as any task's error
         return None
     import traceback
 
