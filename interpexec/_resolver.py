@@ -106,8 +106,11 @@ class Resolver(Workers):
             inflight, unsettled = self.inflight, self.unsettled
             with self.lock:
                 for tid in taken:
-                    if tid > 0 and (item := inflight.pop(tid, None)) is not None:
+                    if tid > 0 and (item := inflight.get(tid)) is not None:
+                        # (No call between these: a Ctrl-C cannot leave the item
+                        # in neither dict, where nothing would settle it.)
                         unsettled[tid] = item
+                        del inflight[tid]
                         self.completed += 1
                 if self.pending or self.shutdown_flag:
                     failed = self.dispatch_locked()
@@ -128,7 +131,12 @@ class Resolver(Workers):
 
     def collect(self) -> bool:
         """Deliver every result now queued, in this thread.  Never blocks on I/O."""
-        self.take_results()
+        try:
+            self.take_results()
+        except BaseException:  # a Ctrl-C: what was taken must still be delivered
+            if self.inbox:
+                self.wake_resolver()
+            raise
         return self._deliver()
 
     def _deliver(self) -> bool:

@@ -7,9 +7,9 @@ futures, polling done()/running(), cancel(), executor.interrupt(), done-callback
 that submit (and sometimes wait), map().  SIGINT hits the main thread at random
 moments (KeyboardInterrupts are armed only while it is inside a call of
 interpexec's or of a future's, not in the standard library's wait() and
-as_completed(), which are not Ctrl-C safe; it moves on to its next operation).  The run ends with a random way of stopping
-(shutdown with or without wait / cancel_futures / interrupt_running, or
-terminate_workers()).
+as_completed(), which are not Ctrl-C safe; it moves on to its next operation).
+The run ends with a random way of stopping (shutdown with or without wait /
+cancel_futures / interrupt_running, or terminate_workers()).
 
 | check at the end                                   | expected                          |
 |----------------------------------------------------|-----------------------------------|
