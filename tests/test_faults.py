@@ -562,6 +562,15 @@ WAKEUP_FD_STORM_SCRIPT = textwrap.dedent(
                 while not stop.is_set():
                     os.kill(os.getpid(), signal.SIGINT)
                     time.sleep(0.0002)
+            # The storm is to interrupt interpexec's waits, not the script's own
+            # steps (a KeyboardInterrupt there would end the script): the handler
+            # raises only while a wait is armed, and disarming is the first step
+            # after the wait, inside the try that counts the interrupts.
+            armed = False
+            def on_sigint(signum, frame):
+                if armed:
+                    raise KeyboardInterrupt
+            signal.signal(signal.SIGINT, on_sigint)
             t = threading.Thread(target=storm)
             t.start()
             go.set()
@@ -572,10 +581,13 @@ WAKEUP_FD_STORM_SCRIPT = textwrap.dedent(
                 end = time.monotonic() + 1.5
                 while time.monotonic() < end:
                     try:
+                        armed = True
                         try:
                             fut.result(timeout=0.002)
                         except TimeoutError:
                             pass
+                        finally:
+                            armed = False
                     except KeyboardInterrupt:
                         interrupted += 1
                 left = signal.set_wakeup_fd(-1)
