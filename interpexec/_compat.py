@@ -32,7 +32,9 @@ import _signal  # type: ignore[import-not-found,unused-ignore]
 import _thread
 import sys
 from _collections import deque  # type: ignore[import-not-found,unused-ignore]
+from _operator import itemgetter as _itemgetter  # type: ignore[import-not-found,unused-ignore]
 from _pickle import PickleBuffer, PicklingError, dumps, loads
+from itertools import repeat as _repeat
 
 # Low-level names the rest of the package uses through here: the C modules behind
 # pickle, collections, queue and threading, which a worker imports without paying
@@ -78,6 +80,7 @@ __all__ = [
     "queue_put",
     "queue_put_nowait",
     "queue_release",
+    "queue_take",
     "reacquire",
     "register_atexit",
     "release_all",
@@ -198,6 +201,9 @@ else:
         _interpqueues.put(qid, obj, _UNBOUND_REMOVE)
 
 
+_first = _itemgetter(0)
+
+
 def queue_get(qid: int, default: Any = None) -> Any:
     """Return the next item of the queue, or ``default`` when it is empty.
 
@@ -218,6 +224,15 @@ def queue_get(qid: int, default: Any = None) -> Any:
         if _interpqueues.get_count(qid) == 0:
             return default
         raise
+
+
+def queue_take(qid: int, n: int, into: deque[Any]) -> None:
+    """Append the next ``n`` items of the queue (it holds at least ``n``) to ``into``.
+
+    One C-level loop: no Python code runs between taking an item off the queue
+    and storing it, so a Ctrl-C cannot land in between and lose it (the items are
+    plain shareable values, whose getting runs no Python code either)."""
+    into.extend(map(_first, map(_interpqueues.get, _repeat(qid, n))))
 
 
 def queue_exists(qid: int) -> bool:

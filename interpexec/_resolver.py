@@ -13,7 +13,8 @@ queued result itself: two thread wake-ups per round trip instead of three.  A
 waiter that stops waiting (timeout, Ctrl-C) first deregisters, then wakes the
 resolver if its result is not in yet, so the shortcut is never the only route.
 
-**Robustness.**  Results are taken off the queue into ``inbox`` and handled
+**Robustness.**  Results are taken off the queue into ``inbox`` (through
+``arrived``, by C-level calls that a Ctrl-C cannot cut in two) and handled
 from there; handling a result is idempotent, and user code (done-callbacks,
 ``__setstate__``, log handlers) runs after the pool's bookkeeping and without
 its locks.  An exception from user code fails at most its own future (and is
@@ -28,8 +29,10 @@ import sys
 import threading
 import traceback
 from concurrent.futures import _base
+from itertools import repeat
+from operator import call
 
-from ._compat import queue_count, queue_get
+from ._compat import queue_count, queue_take
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -83,21 +86,13 @@ class Resolver(Workers):
         Out-of-band buffers of results are views over a worker's memory: they are
         copied out here, before that worker can destroy its interpreter (worker
         threads call this before they do)."""
-        if self.closed or not queue_count(self.results.qid):
+        if self.closed or not (queue_count(self.results.qid) or self.arrived):
             return False  # (the common case, without the lock)
         failed = None
         with self.collect_lock:
             if self.closed:
                 return False
-            qid, inbox = self.results.qid, self.inbox
-            taken = []  # (the inbox itself: other threads deliver from it meanwhile)
-            while n := queue_count(qid):
-                for _ in range(n):
-                    msg = queue_get(qid)
-                    if msg[1] == OK and len(msg[2]) == 3:
-                        msg = (msg[0], OK, materialize(msg[2]))
-                    inbox.append(msg)
-                    taken.append(msg[0])
+            taken = self._take_queued()
             if not taken:
                 return False
             # The batch leaves the window at once, in queue order (one lock entry
@@ -118,6 +113,26 @@ class Resolver(Workers):
             self.fail_items(failed)
         return True
 
+    def _take_queued(self) -> list[int]:
+        """Move every queued message into ``inbox``; return their task ids.
+
+        A Ctrl-C can land between any two steps here (in the main thread): each
+        message is always in the queue, in ``arrived`` or in ``inbox``, moved
+        between them by single C-level calls, so none is lost; what a Ctrl-C
+        leaves in ``arrived`` is moved on by the next call."""
+        qid, arrived, inbox = self.results.qid, self.arrived, self.inbox
+        taken: list[int] = []  # (not read back from the inbox: other threads deliver from it)
+        while arrived or (n := queue_count(qid)):
+            if not arrived:
+                queue_take(qid, n, arrived)
+            for i in range(len(arrived)):  # (only this thread uses arrived: collect_lock)
+                msg = arrived[i]
+                if msg[1] == OK and len(msg[2]) == 3:
+                    arrived[i] = (msg[0], OK, materialize(msg[2]))
+            taken += [msg[0] for msg in arrived]
+            inbox.extend(map(call, repeat(arrived.popleft, len(arrived))))
+        return taken
+
     def after_worker_exit(self) -> None:
         self.wake_resolver()  # it delivers what the worker left, and may end
         self.maybe_close()
@@ -134,7 +149,7 @@ class Resolver(Workers):
         try:
             self.take_results()
         except BaseException:  # a Ctrl-C: what was taken must still be delivered
-            if self.inbox:
+            if self.inbox or self.arrived:
                 self.wake_resolver()
             raise
         return self._deliver()
@@ -305,6 +320,7 @@ class Resolver(Workers):
                 return
             self.closed = True
             self.inbox.clear()  # late reports of retired workers: not wanted
+            self.arrived.clear()
             self.tasks.close()
             self.results.close()
         close_spares_if_last()

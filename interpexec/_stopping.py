@@ -164,6 +164,7 @@ class Stopper(Waiting):
         self.inflight.clear()
         self.unsettled.clear()
         self.inbox = collections.deque()
+        self.arrived = collections.deque()
         self.closed = True
         self.parking = False
         self.shutdown_flag = True

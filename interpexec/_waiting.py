@@ -102,6 +102,10 @@ class Waiting(Resolver):
             return self._resolve_until(fut, timeout)
         watch = self.watch(fut, me)
         if watch is None:
+            # Its result may be taken already (the resolver busy in a callback, or
+            # a Ctrl-C that cut a take short): deliver what is there, here.
+            if self.collect() and fut._state not in WAITABLE:
+                return timeout
             if is_main_thread():
                 return self._wait_done(fut, timeout)
             return timeout  # the resolver delivers it, and the standard Condition wait serves it

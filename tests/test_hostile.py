@@ -1098,6 +1098,93 @@ def test_sigint_into_result_then_everything_still_resolves():
     assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr[-3000:])
 
 
+# Where the storm above lands is chance.  Here a KeyboardInterrupt is raised at
+# each bytecode of the main thread's path that takes results off the queue in
+# turn (from a sys.monitoring callback: where a signal handler would raise it), once per
+# batch of tasks: every future of the batch must still resolve, with its value.
+TAKE_PATH_SCRIPT = """
+import concurrent.futures as cf, sys, threading
+from interpexec import InterpreterPoolExecutor
+from interpexec._resolver import Resolver
+from tests import hostile_helpers as hh
+CODES = (Resolver.take_results.__code__, Resolver._take_queued.__code__)
+MAIN = threading.get_ident()
+state = {"target": None, "seen": set(), "hit": False, "on": False}
+def at_instruction(code, offset):
+    if not state["on"] or threading.get_ident() != MAIN:
+        return
+    key = (code.co_name, offset)
+    state["seen"].add(key)
+    if key == state["target"] and not state["hit"]:
+        state["hit"] = True
+        raise KeyboardInterrupt
+TOOL = sys.monitoring.PROFILER_ID
+sys.monitoring.use_tool_id(TOOL, "take-path test")
+sys.monitoring.register_callback(TOOL, sys.monitoring.events.INSTRUCTION, at_instruction)
+for code in CODES:
+    sys.monitoring.set_local_events(TOOL, code, sys.monitoring.events.INSTRUCTION)
+def park_resolver(ex):
+    # Park the resolver thread in a done-callback (so that this thread takes
+    # every result); returns the Event that lets it go.
+    while True:
+        parked, release, here = threading.Event(), threading.Event(), []
+        def cb(f):
+            if threading.current_thread() is threading.main_thread():
+                here.append(f)  # (done already: the callback ran in add_done_callback)
+                return
+            parked.set()
+            release.wait()
+        ex.submit(hh.identity, None).add_done_callback(cb)
+        if not here:
+            assert parked.wait(20)
+            return release
+def batch(ex, n):
+    release = park_resolver(ex)
+    try:
+        fs = [ex.submit(hh.identity, i) for i in range(n)]  # (n <= the window: all dispatched)
+        state["on"] = True
+        try:
+            for f in reversed(fs):
+                try:
+                    f.result(timeout=20)
+                except KeyboardInterrupt:
+                    pass
+                except TimeoutError:
+                    raise AssertionError(f"a result was lost (Ctrl-C at {state['target']})") from None
+        finally:
+            state["on"] = False
+    finally:
+        release.set()
+    done, not_done = cf.wait(fs, timeout=20)
+    assert not not_done, f"{len(not_done)} of {n} never resolved (Ctrl-C at {state['target']})"
+    assert [f.result() for f in fs] == list(range(n))
+with InterpreterPoolExecutor(2) as ex:
+    for _ in range(20):
+        batch(ex, 8)
+    targets = sorted(state["seen"])
+    missed = []
+    for target in targets:
+        state["target"], state["hit"] = target, False
+        for _ in range(30):
+            batch(ex, 8)
+            if state["hit"]:
+                break
+        else:
+            missed.append(target)
+print("targets", len(targets), "missed", len(missed))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_ctrl_c_at_any_step_of_taking_results_loses_none():
+    p = _run_py(TAKE_PATH_SCRIPT, timeout=110)
+    assert p.returncode == 0, p.stderr[-3000:]
+    words = p.stdout.split()
+    targets, missed = int(words[1]), int(words[3])
+    assert targets > 50  # the main thread did take results (both functions' bytecodes)
+    assert missed < targets // 4, p.stdout  # and the interrupts landed at most of them
+
+
 @pytest.mark.timeout(60)
 def test_fork_stress_with_concurrent_submitter():
     code = """
