@@ -17,6 +17,31 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
+def _run_with_pipe(script, how):
+    """Run ``script WFD HOW``; return the process and every byte it wrote to WFD
+    (its tasks' done-callbacks write there, up to the very end of the process)."""
+    rfd, wfd = os.pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(wfd), how],
+            capture_output=True,
+            text=True,
+            timeout=50,
+            pass_fds=(wfd,),
+        )
+        os.close(wfd)
+        wfd = -1
+        done = b""
+        while chunk := os.read(rfd, 1024):
+            done += chunk
+    finally:
+        os.close(rfd)
+        if wfd >= 0:
+            os.close(wfd)
+    return proc, done
+
+
 QUEUED_SCRIPT = textwrap.dedent(
     """
     import os, sys
@@ -43,24 +68,7 @@ QUEUED_SCRIPT = textwrap.dedent(
 def test_queued_work_still_runs_at_exit(tmp_path, how):
     script = tmp_path / "queued.py"
     script.write_text(QUEUED_SCRIPT.format(root=ROOT))
-    rfd, wfd = os.pipe()
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(script), str(wfd), how],
-            capture_output=True,
-            text=True,
-            timeout=50,
-            pass_fds=(wfd,),
-        )
-        os.close(wfd)
-        wfd = -1
-        done = b""
-        while chunk := os.read(rfd, 1024):
-            done += chunk
-    finally:
-        os.close(rfd)
-        if wfd >= 0:
-            os.close(wfd)
+    proc, done = _run_with_pipe(script, how)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "submitted"
     assert sorted(done) == list(range(40))  # every queued task ran, once
@@ -170,24 +178,7 @@ LEAKED_LOCK_SCRIPT = textwrap.dedent(
 def test_future_locks_the_main_thread_left_held_do_not_hang_the_exit(tmp_path, how):
     script = tmp_path / "leaked.py"
     script.write_text(LEAKED_LOCK_SCRIPT.format(root=ROOT))
-    rfd, wfd = os.pipe()
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(script), str(wfd), how],
-            capture_output=True,
-            text=True,
-            timeout=50,
-            pass_fds=(wfd,),
-        )
-        os.close(wfd)
-        wfd = -1
-        done = b""
-        while chunk := os.read(rfd, 1024):
-            done += chunk
-    finally:
-        os.close(rfd)
-        if wfd >= 0:
-            os.close(wfd)
+    proc, done = _run_with_pipe(script, how)
     assert "holding" in proc.stdout, proc.stderr
     if how == "normal":
         # Exit waits for the queued work, as usual, and every result is delivered.
