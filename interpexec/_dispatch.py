@@ -49,7 +49,10 @@ class Dispatcher(PoolState):
             while pending and len(inflight) < self.window:
                 item = pending.popleft()
                 # (A cancelled future's callbacks already ran in cancel(): none run here.)
-                if not start_running(item.future):
+                self.dispatching = item  # (see release_future_locks)
+                running = start_running(item.future)
+                self.dispatching = None
+                if not running:
                     item = None
                     continue
                 inflight[item.tid] = item

@@ -169,6 +169,7 @@ class PoolState:
         self.broken_cause: BaseException | None = None
         self.completed = 0
         self.collect_lock = threading.RLock()
+        self.dispatching: WorkItem | None = None  # the last item dispatch took from pending
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()
@@ -195,15 +196,19 @@ class PoolState:
 
     def release_future_locks(self) -> None:
         """Release the conditions of this pool's futures that this thread holds.
-        For the exit: ``concurrent.futures.wait()`` and ``as_completed()`` take
+        For the exit and ``shutdown()``: ``concurrent.futures.wait()`` and ``as_completed()`` take
         every future's lock in a Python loop, so a Ctrl-C landing there leaves
         some held (the standard library's own futures have the same flaw), and
         the resolver would block on them for ever.  No pool lock is taken (the
         resolver may hold it while it waits for such a future); copying the
-        collections is atomic under the GIL."""
-        for items in (list(self.pending), list(self.inflight.values()), list(self.unsettled.values())):
-            for item in items:
-                release_if_owned(item.future._condition)
+        collections is atomic under the GIL.  The future dispatch is starting
+        (taken from ``pending``, not yet in flight) is one of them: dispatch waits
+        for its lock while holding the pool's."""
+        items = [self.dispatching] if self.dispatching is not None else []
+        for part in (list(self.pending), list(self.inflight.values()), list(self.unsettled.values())):
+            items += part
+        for item in items:
+            release_if_owned(item.future._condition)
 
     def broken_error(self) -> BrokenInterpreterPool:
         from ._broken import BrokenInterpreterPool  # (not at import: see _broken)

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 class Stopper(Waiting):
     def shutdown(self, wait: bool, cancel_futures: bool, interrupt_running: bool = False) -> None:
         cancelled: list[PoolFuture[Any]] = []
+        # A future lock this thread still holds can only be one a Ctrl-C left
+        # (inside concurrent.futures.wait()): dispatch, holding the pool's lock,
+        # would wait for it for ever, and so would this thread for the pool's.
+        self.release_future_locks()
         with self.lock:
             self.shutdown_flag = True
             if cancel_futures:
@@ -165,6 +169,7 @@ class Stopper(Waiting):
         self.unsettled.clear()
         self.inbox = collections.deque()
         self.arrived = collections.deque()
+        self.dispatching = None
         self.closed = True
         self.parking = False
         self.shutdown_flag = True
@@ -201,8 +206,10 @@ def _python_exit() -> None:
         for pool in pools:
             # What a Ctrl-C left held by this (the main) thread, which now holds
             # nothing of ours legitimately: the resolver must not wait for it.
-            pool.release_leaked_locks()
+            # (The futures' first: dispatch may hold the pool's lock while it
+            # waits for one of them, and releasing the pool's own takes it.)
             pool.release_future_locks()
+            pool.release_leaked_locks()
         for pool in pools:
             while True:
                 try:

@@ -188,3 +188,62 @@ def test_future_locks_the_main_thread_left_held_do_not_hang_the_exit(tmp_path, h
         assert proc.returncode != 0
         assert "KeyboardInterrupt" in proc.stderr
         assert "Fatal Python error" not in proc.stderr
+
+
+# The same, where it deadlocked: the resolver dispatching a queued future whose
+# lock the main thread left held waits for that lock while holding the pool's
+# own, so whatever takes the pool's lock first (the exit, shutdown()) waits for
+# ever.  The script waits until the resolver has reached that future (seen with
+# sys.monitoring, when it starts the standard set_running step of dispatch).
+DISPATCH_LEAK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, threading
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from interpexec import _future
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        wfd, how = int(sys.argv[1]), sys.argv[2]
+        pool = InterpreterPoolExecutor(1)
+        # More than the window of a 1-worker pool (8): the last ones stay queued.
+        futs = [pool.submit(fh.busy_then_value, 0.01, i) for i in range(12)]
+        for f in futs:
+            f.add_done_callback(lambda f: os.write(wfd, bytes([f.result()])))
+        held = futs[10]
+        held._condition.acquire()  # as a Ctrl-C inside concurrent.futures.wait() can leave it
+        reached = threading.Event()
+        def on_start(code, offset):
+            if threading.current_thread() is not threading.main_thread():
+                if sys._getframe(1).f_locals.get("fut") is held:
+                    reached.set()
+        tool = sys.monitoring.PROFILER_ID
+        sys.monitoring.use_tool_id(tool, "test")
+        sys.monitoring.register_callback(tool, sys.monitoring.events.PY_START, on_start)
+        sys.monitoring.set_local_events(tool, _future.start_running.__code__, sys.monitoring.events.PY_START)
+        assert reached.wait(30), "the resolver never reached the held future"
+        print("holding", flush=True)
+        if how == "shutdown":
+            pool.shutdown(wait=True)
+            print("shut down", flush=True)
+        elif how == "ctrl-c":
+            raise KeyboardInterrupt
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["exit", "ctrl-c", "shutdown"])
+def test_a_queued_future_whose_lock_the_main_thread_left_held_does_not_deadlock(tmp_path, how):
+    script = tmp_path / "dispatch_leak.py"
+    script.write_text(DISPATCH_LEAK_SCRIPT.format(root=ROOT))
+    proc, done = _run_with_pipe(script, how)
+    assert "holding" in proc.stdout, proc.stderr
+    if how == "ctrl-c":
+        assert proc.returncode != 0
+        assert "KeyboardInterrupt" in proc.stderr
+        assert "Fatal Python error" not in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(done) == list(range(12))  # the held future's task ran too
+    if how == "shutdown":
+        assert "shut down" in proc.stdout
