@@ -88,7 +88,9 @@ __all__ = [
     "run_string",
     "set_async_exc",
     "set_signal_wakeup_fd",
+    "sigint_handler",
     "start_thread",
+    "swap_sigint_handler",
     "thread_count",
     "wrap_thread_starts",
 ]
@@ -227,11 +229,9 @@ def queue_get(qid: int, default: Any = None) -> Any:
 
 
 def queue_take(qid: int, n: int, into: deque[Any]) -> None:
-    """Append the next ``n`` items of the queue (it holds at least ``n``) to ``into``.
-
-    One C-level loop: no Python code runs between taking an item off the queue
-    and storing it, so a Ctrl-C cannot land in between and lose it (the items are
-    plain shareable values, whose getting runs no Python code either)."""
+    """Append the next ``n`` items of the queue (it holds ``n``) to ``into``, in one
+    C-level loop: no Python code runs between taking an item and storing it, so a
+    Ctrl-C cannot land in between and lose it."""
     into.extend(map(_first, map(_interpqueues.get, _repeat(qid, n))))
 
 
@@ -352,6 +352,16 @@ def is_main_thread() -> bool:
     """True in the main thread of the main interpreter: the one thread Python
     runs signal handlers in (so the one a Ctrl-C must wake)."""
     return _IN_MAIN_INTERPRETER and _thread.get_ident() == _thread._get_main_thread_ident()  # type: ignore[attr-defined]
+
+
+def swap_sigint_handler(handler: Any) -> Any:
+    """``signal.signal(SIGINT, handler)`` without :mod:`signal`'s enum conversions
+    (a fifth of the cost); SIG_DFL/SIG_IGN come back as 0/1.  Main thread only."""
+    return _signal.signal(_signal.SIGINT, handler)
+
+
+def sigint_handler() -> Any:
+    return _signal.getsignal(_signal.SIGINT)
 
 
 #: ``signal.set_wakeup_fd(fd)`` without importing ``signal`` (and enum): from then

@@ -32,7 +32,7 @@ from concurrent.futures import _base
 from itertools import repeat
 from operator import call
 
-from ._compat import queue_count, queue_take
+from ._compat import is_main_thread, queue_count, queue_take
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -48,6 +48,7 @@ from ._protocol import (
     TIMEOUT,
 )
 from ._shared import relend
+from ._sigint import defer_sigint
 from ._state import LIVE_POOLS, WorkItem
 from ._transport import (
     COLLECTOR_ASLEEP,
@@ -145,7 +146,23 @@ class Resolver(Workers):
                 self.results.notify()
 
     def collect(self) -> bool:
-        """Deliver every result now queued, in this thread.  Never blocks on I/O."""
+        """Deliver every result now queued, in this thread.  Never blocks on I/O.
+
+        In the main thread a Ctrl-C is held back until everything taken is
+        delivered, then raised: landing between two steps of a delivery it would
+        lose the message just taken from the inbox, leave a future's waiters
+        unwoken after its state changed, or skip its remaining done-callbacks
+        (the standard ``Future.set_result`` is not Ctrl-C safe).  Done-callbacks
+        run here are thus not interrupted by Ctrl-C, as with ProcessPoolExecutor,
+        whose callbacks run in its manager thread."""
+        if not self.inbox and not self.arrived and (self.closed or not queue_count(self.results.qid)):
+            return False  # (the common case: nothing to deliver)
+        if is_main_thread():
+            with defer_sigint():
+                return self._collect()
+        return self._collect()
+
+    def _collect(self) -> bool:
         try:
             self.take_results()
         except BaseException:  # a Ctrl-C: what was taken must still be delivered

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 
-from ._compat import is_main_thread
+from ._compat import is_main_thread, sigint_handler, swap_sigint_handler
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -32,9 +32,9 @@ class defer_sigint:
     def __enter__(self) -> defer_sigint:
         self._caught: tuple[int, Any] | None = None
         self._old: Any = None
-        if is_main_thread() and signal.getsignal(signal.SIGINT) is not None:
+        if is_main_thread() and sigint_handler() is not None:
             # (Once swapped, no KeyboardInterrupt can leave __enter__: ours records.)
-            self._old = signal.signal(signal.SIGINT, self._record)
+            self._old = swap_sigint_handler(self._record)
         return self
 
     def _record(self, signum: int, frame: Any) -> None:
@@ -44,7 +44,7 @@ class defer_sigint:
         old, self._old = self._old, None
         if old is None:
             return
-        signal.signal(signal.SIGINT, old)
+        swap_sigint_handler(old)
         caught, self._caught = self._caught, None
         if caught is None:
             return

@@ -1098,50 +1098,87 @@ def test_sigint_into_result_then_everything_still_resolves():
     assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr[-3000:])
 
 
-# Where the storm above lands is chance.  Here a KeyboardInterrupt is raised at
-# each bytecode of the main thread's path that takes results off the queue in
-# turn (from a sys.monitoring callback: where a signal handler would raise it), once per
-# batch of tasks: every future of the batch must still resolve, with its value.
-TAKE_PATH_SCRIPT = """
-import concurrent.futures as cf, sys, threading
+# Where the storm above lands is chance.  Here a Ctrl-C lands at each bytecode of
+# the main thread's result path in turn (from a sys.monitoring callback), once per
+# batch of tasks, with the resolver thread parked so that the main thread takes
+# and delivers every result itself.  Every future of the batch must still resolve
+# with its value, each of its two done-callbacks must run exactly once, and a
+# second thread in the standard Future.result() and a third in cf.wait() must
+# wake.  "take": KeyboardInterrupt raised outright while results come off the
+# queue (that path must hold without any help); "deliver": the SIGINT handler
+# called, as a signal would, anywhere from collect() to the futures' callbacks.
+STEP_SCRIPT = """
+import concurrent.futures as cf, signal, sys, threading
+from concurrent.futures import Future
 from interpexec import InterpreterPoolExecutor
+from interpexec._condition import FutureCondition
+from interpexec._future import PoolFuture
 from interpexec._resolver import Resolver
+from interpexec._waiting import Waiting, Watch
 from tests import hostile_helpers as hh
-CODES = (Resolver.take_results.__code__, Resolver._take_queued.__code__)
+MODE = sys.argv[1]
+if MODE == "take":
+    FUNCS = [Resolver.take_results, Resolver._take_queued]
+else:
+    FUNCS = [Resolver.collect, Resolver._collect, Resolver._deliver, Resolver._handle, Resolver._outcome,
+             Future.set_result, Future._invoke_callbacks, FutureCondition.notify_all, FutureCondition.notify,
+             Waiting.wait_for, Waiting._wait_done, Watch.check, Watch.close, Waiting.detach_waiter,
+             PoolFuture.result]
 MAIN = threading.get_ident()
 state = {"target": None, "seen": set(), "hit": False, "on": False}
 def at_instruction(code, offset):
     if not state["on"] or threading.get_ident() != MAIN:
         return
-    key = (code.co_name, offset)
+    key = (code.co_qualname, offset)
     state["seen"].add(key)
     if key == state["target"] and not state["hit"]:
         state["hit"] = True
-        raise KeyboardInterrupt
+        if MODE == "take":
+            raise KeyboardInterrupt
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
 TOOL = sys.monitoring.PROFILER_ID
-sys.monitoring.use_tool_id(TOOL, "take-path test")
+sys.monitoring.use_tool_id(TOOL, "step test")
 sys.monitoring.register_callback(TOOL, sys.monitoring.events.INSTRUCTION, at_instruction)
-for code in CODES:
-    sys.monitoring.set_local_events(TOOL, code, sys.monitoring.events.INSTRUCTION)
+for func in FUNCS:
+    sys.monitoring.set_local_events(TOOL, func.__code__, sys.monitoring.events.INSTRUCTION)
 def park_resolver(ex):
     # Park the resolver thread in a done-callback (so that this thread takes
     # every result); returns the Event that lets it go.
     while True:
         parked, release, here = threading.Event(), threading.Event(), []
-        def cb(f):
+        def park(f):
             if threading.current_thread() is threading.main_thread():
                 here.append(f)  # (done already: the callback ran in add_done_callback)
                 return
             parked.set()
             release.wait()
-        ex.submit(hh.identity, None).add_done_callback(cb)
+        ex.submit(hh.identity, None).add_done_callback(park)
         if not here:
             assert parked.wait(20)
             return release
 def batch(ex, n):
+    where = state["target"]
+    calls, counted = {}, threading.Condition()
+    def count(f):
+        with counted:
+            calls[f.key] = calls.get(f.key, 0) + 1
+            counted.notify_all()
+    side = {}
     release = park_resolver(ex)
     try:
-        fs = [ex.submit(hh.identity, i) for i in range(n)]  # (n <= the window: all dispatched)
+        fs = []
+        for i in range(n):  # (n <= the window: all dispatched at once)
+            f = ex.submit(hh.identity, i)
+            f.key = i
+            f.add_done_callback(count)
+            f.add_done_callback(count)
+            fs.append(f)
+        waiters = [
+            threading.Thread(target=lambda: side.setdefault("std", Future.result(fs[0])), daemon=True),
+            threading.Thread(target=lambda: side.setdefault("cf", len(cf.wait(fs)[1])), daemon=True),
+        ]
+        for t in waiters:
+            t.start()
         state["on"] = True
         try:
             for f in reversed(fs):
@@ -1150,14 +1187,21 @@ def batch(ex, n):
                 except KeyboardInterrupt:
                     pass
                 except TimeoutError:
-                    raise AssertionError(f"a result was lost (Ctrl-C at {state['target']})") from None
+                    raise AssertionError(f"a result was lost (Ctrl-C at {where})") from None
         finally:
             state["on"] = False
     finally:
         release.set()
     done, not_done = cf.wait(fs, timeout=20)
-    assert not not_done, f"{len(not_done)} of {n} never resolved (Ctrl-C at {state['target']})"
-    assert [f.result() for f in fs] == list(range(n))
+    assert not not_done, f"{len(not_done)} of {n} never resolved (Ctrl-C at {where})"
+    assert [f.result() for f in fs] == list(range(n)), where
+    with counted:
+        ran = counted.wait_for(lambda: len(calls) == n and all(c >= 2 for c in calls.values()), timeout=20)
+        assert ran and all(c == 2 for c in calls.values()), (where, calls)
+    for t in waiters:
+        t.join(20)
+    assert not any(t.is_alive() for t in waiters), f"a waiting thread was never woken (Ctrl-C at {where})"
+    assert side == {"std": 0, "cf": 0}, (where, side)
 with InterpreterPoolExecutor(2) as ex:
     for _ in range(20):
         batch(ex, 8)
@@ -1165,7 +1209,7 @@ with InterpreterPoolExecutor(2) as ex:
     missed = []
     for target in targets:
         state["target"], state["hit"] = target, False
-        for _ in range(30):
+        for _ in range(20):
             batch(ex, 8)
             if state["hit"]:
                 break
@@ -1175,14 +1219,22 @@ print("targets", len(targets), "missed", len(missed))
 """
 
 
-@pytest.mark.timeout(120)
-def test_a_ctrl_c_at_any_step_of_taking_results_loses_none():
-    p = _run_py(TAKE_PATH_SCRIPT, timeout=110)
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["take", "deliver"])
+def test_a_ctrl_c_at_any_step_of_the_result_path_loses_nothing(mode):
+    p = subprocess.run(
+        [PY, "-c", STEP_SCRIPT, mode],
+        capture_output=True,
+        text=True,
+        timeout=230,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     words = p.stdout.split()
     targets, missed = int(words[1]), int(words[3])
-    assert targets > 50  # the main thread did take results (both functions' bytecodes)
-    assert missed < targets // 4, p.stdout  # and the interrupts landed at most of them
+    assert targets > 50  # the main thread did take and deliver results
+    assert missed < targets // 4, p.stdout  # and the Ctrl-Cs landed at most of those steps
 
 
 @pytest.mark.timeout(60)
@@ -1486,3 +1538,4 @@ def test_waiter_pipes_released_after_all_pools_shut_down():
     gc.collect()
     after = len(_fds())
     assert after - before < 20, f"{after - before} descriptors still open after shutdown"
+
