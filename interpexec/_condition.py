@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from time import monotonic as _time
 
 from ._compat import RLock, allocate_lock, lock_is_owned, reacquire, release_all
 
@@ -57,6 +58,23 @@ class FutureCondition(RLock):  # type: ignore[misc]
                 except ValueError:  # (already removed by a notify)
                     pass
 
+    def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
+        """threading.Condition.wait_for: wait until ``predicate()`` is true."""
+        endtime = None
+        waittime = timeout
+        result = predicate()
+        while not result:
+            if waittime is not None:
+                if endtime is None:
+                    endtime = _time() + waittime
+                else:
+                    waittime = endtime - _time()
+                    if waittime <= 0:
+                        break
+            self.wait(waittime)
+            result = predicate()
+        return result
+
     def notify(self, n: int = 1) -> None:
         if not lock_is_owned(self):
             raise RuntimeError("cannot notify on un-acquired lock")
@@ -79,6 +97,12 @@ class FutureCondition(RLock):  # type: ignore[misc]
             self.notify(len(self._waiters))
         elif not lock_is_owned(self):
             raise RuntimeError("cannot notify on un-acquired lock")
+
+    def notifyAll(self) -> None:  # (threading.Condition's deprecated alias)
+        import warnings
+
+        warnings.warn("notifyAll() is deprecated, use notify_all() instead", DeprecationWarning, stacklevel=2)
+        self.notify_all()
 
     def __repr__(self) -> str:
         return f"<FutureCondition({super().__repr__()}, {len(self._waiters or ())})>"

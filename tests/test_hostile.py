@@ -1539,3 +1539,38 @@ def test_waiter_pipes_released_after_all_pools_shut_down():
     after = len(_fds())
     assert after - before < 20, f"{after - before} descriptors still open after shutdown"
 
+
+@pytest.mark.timeout(60)
+def test_a_futures_condition_offers_what_threading_condition_does():
+    # concurrent.futures and code written against it use future._condition as a
+    # threading.Condition: every method it has must be there and behave the same.
+    with InterpreterPoolExecutor(1) as ex:
+        cond = ex.submit(hh.identity, 1)._condition
+    for name in ("acquire", "release", "wait", "wait_for", "notify", "notify_all", "notifyAll"):
+        assert callable(getattr(cond, name)), name
+    with pytest.raises(RuntimeError):
+        cond.wait(0)
+    with pytest.raises(RuntimeError):
+        cond.notify()
+    box = []
+    waiting = threading.Event()
+
+    def waiter():
+        with cond:
+            waiting.set()
+            box.append(cond.wait_for(lambda: len(box) >= 1, timeout=30))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    assert waiting.wait(30)
+    with cond:  # (the waiter is inside wait_for now: it released the lock)
+        box.append("ready")
+        cond.notify()
+    t.join(30)
+    assert not t.is_alive() and box == ["ready", True]
+    with cond:
+        assert cond.wait_for(lambda: False, timeout=0.01) is False  # times out, returns the predicate
+        assert cond.acquire(False)  # reentrant, as the standard futures' RLock
+        cond.release()
+        with pytest.warns(DeprecationWarning):
+            cond.notifyAll()
