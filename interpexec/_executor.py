@@ -6,7 +6,6 @@ See :mod:`interpexec._pool` for the data flow.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import itertools
 import os
@@ -20,7 +19,7 @@ from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import dumps_callable
 from ._pool import Pool, exiting
 from ._protocol import CALL, CHUNK
-from ._sigint import defer_sigint
+from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import LIVE_POOLS
 from ._transport import encode_call_args, encode_columns
 
@@ -206,7 +205,7 @@ class InterpreterPoolExecutor(Executor):
             # Starting threads (the first submits): a Ctrl-C is held back until
             # the lock is released (see Resolver.start_locked).
             starting = not pool.started or pool.active < pool.max_workers
-            with defer_sigint() if starting else _NOT_DEFERRED:
+            with defer_sigint() if starting else NOT_DEFERRED:
                 with pool.lock:
                     pool.check_usable_locked()
                     if exiting():
@@ -333,9 +332,6 @@ class InterpreterPoolExecutor(Executor):
             "an InterpreterPoolExecutor cannot be sent to its workers: submitting from inside a task is not "
             "supported; return the follow-up work to the caller instead"
         )
-
-
-_NOT_DEFERRED = contextlib.nullcontext()  # (the common case of _submit)
 
 
 def _check_timeout(name: str, value: float | None) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from concurrent.futures import Future, _base
 
-from ._compat import release_if_owned
+from ._compat import is_main_thread, release_if_owned
 from ._condition import FutureCondition
+from ._sigint import NOT_DEFERRED, defer_sigint
 from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -31,6 +32,9 @@ else:
 
 
 WAITABLE = (_base.PENDING, _base.RUNNING)
+_FINISHED = _base.FINISHED
+_DONE = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED, _base.FINISHED)
+
 _PENDING, _RUNNING, _CANCELLED, _NOTIFIED = (
     _base.PENDING,
     _base.RUNNING,
@@ -91,6 +95,41 @@ class PoolFuture(Future[T]):
             self._condition.notify_all()
         self._invoke_callbacks()  # type: ignore[attr-defined]
         return True
+
+    def set_result(self, result: Any) -> None:
+        """The standard one, made Ctrl-C safe (see :meth:`_finish`)."""
+        self._finish(result, None, False)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """The standard one, made Ctrl-C safe (see :meth:`_finish`)."""
+        self._finish(None, exception, True)
+
+    def _finish(self, result: Any, exception: BaseException | None, failed: bool) -> None:
+        """Future.set_result/set_exception with the state change and the waiters'
+        wake-ups in one step a Ctrl-C cannot cut in two (the main thread may
+        deliver results: cut there, other threads would wait for ever), and the
+        done-callbacks run even when the Ctrl-C held back meanwhile is raised."""
+        changed = False
+        try:
+            with defer_sigint() if is_main_thread() else NOT_DEFERRED:
+                with self._condition:
+                    if self._state in _DONE:
+                        raise _base.InvalidStateError(f"{self._state}: {self!r}")
+                    if failed:
+                        self._exception = exception
+                    else:
+                        self._result = result
+                    self._state = _FINISHED
+                    for waiter in self._waiters:
+                        if failed:
+                            waiter.add_exception(self)
+                        else:
+                            waiter.add_result(self)
+                    self._condition.notify_all()
+                    changed = True
+        finally:
+            if changed:
+                self._invoke_callbacks()  # type: ignore[attr-defined]
 
     def result(self, timeout: float | None = None) -> T:
         try:

@@ -29,7 +29,7 @@ import sys
 import threading
 import traceback
 from concurrent.futures import _base
-from itertools import repeat
+from itertools import islice, repeat
 from operator import call
 
 from ._compat import is_main_thread, queue_count, queue_take
@@ -48,7 +48,6 @@ from ._protocol import (
     TIMEOUT,
 )
 from ._shared import relend
-from ._sigint import defer_sigint
 from ._state import LIVE_POOLS, WorkItem
 from ._transport import (
     COLLECTOR_ASLEEP,
@@ -148,21 +147,13 @@ class Resolver(Workers):
     def collect(self) -> bool:
         """Deliver every result now queued, in this thread.  Never blocks on I/O.
 
-        In the main thread a Ctrl-C is held back until everything taken is
-        delivered, then raised: landing between two steps of a delivery it would
-        lose the message just taken from the inbox, leave a future's waiters
-        unwoken after its state changed, or skip its remaining done-callbacks
-        (the standard ``Future.set_result`` is not Ctrl-C safe).  Done-callbacks
-        run here are thus not interrupted by Ctrl-C, as with ProcessPoolExecutor,
-        whose callbacks run in its manager thread."""
+        A Ctrl-C in the main thread can land between any two steps here: no
+        message is ever only in a local variable (see ``_take_queued`` and
+        ``_deliver``), and a future's state change and the wake-ups of its
+        waiters are not cut in two (``PoolFuture.set_result``).  Done-callbacks
+        run here are user code, which a Ctrl-C interrupts as anywhere else."""
         if not self.inbox and not self.arrived and (self.closed or not queue_count(self.results.qid)):
             return False  # (the common case: nothing to deliver)
-        if is_main_thread():
-            with defer_sigint():
-                return self._collect()
-        return self._collect()
-
-    def _collect(self) -> bool:
         try:
             self.take_results()
         except BaseException:  # a Ctrl-C: what was taken must still be delivered
@@ -173,8 +164,10 @@ class Resolver(Workers):
 
     def _deliver(self) -> bool:
         inbox = self.inbox
-        if not inbox:
+        if not inbox and not self.held:
             return False
+        if is_main_thread():
+            return self._deliver_in_main()
         deferred: BaseException | None = None
         retried: set[int] | None = None
         handled = False
@@ -186,7 +179,7 @@ class Resolver(Workers):
             handled = True
             try:
                 self._handle(msg)
-            except BaseException as exc:  # user code or a Ctrl-C: deliver the rest first
+            except BaseException as exc:  # user code: deliver the rest first
                 if retried is None:
                     retried = set()
                 if self._unfinished(msg) and id(msg) not in retried:
@@ -200,6 +193,39 @@ class Resolver(Workers):
             if inbox:
                 self.wake_resolver()
             raise deferred
+        return handled
+
+    def _deliver_in_main(self) -> bool:
+        """``_deliver`` for the main thread, where a Ctrl-C can land between any
+        two bytecodes.  A message goes from the inbox into ``held`` (the main
+        thread's own) by one C-level call, and leaves it only once handled; a
+        Ctrl-C in between leaves it there, to be handled again (handling is
+        idempotent) by the next delivery here or, woken, by the resolver."""
+        held, handled = self.held, False
+        popper = iter(self.inbox.popleft, _NOTHING)  # (C: the pop and the store in one call)
+        try:
+            while True:
+                if not held:
+                    try:
+                        held.extend(islice(popper, 1))
+                    except IndexError:  # the inbox is empty
+                        break
+                handled = True
+                msg = held[0]
+                try:
+                    self._handle(msg)
+                except BaseException:  # user code or a Ctrl-C: the rest first
+                    if not self._unfinished(msg):
+                        held.clear()
+                    raise
+                held.clear()
+        except BaseException:
+            # Whatever is left goes back for the resolver (or the next call).
+            self.inbox.extendleft(held)
+            held.clear()
+            if self.inbox:
+                self.wake_resolver()
+            raise
         return handled
 
     def _unfinished(self, msg: tuple[Any, ...]) -> bool:
@@ -267,6 +293,8 @@ class Resolver(Workers):
                 if enc[0] == SAME_ARG:  # ... or one of its (immutable) arguments
                     return True, item.args[0][enc[1]]
                 return True, decode(enc)
+            except KeyboardInterrupt:
+                raise  # a Ctrl-C in the main thread, not the task's outcome
             except BaseException as exc:  # unpickling failed: that future fails with it
                 return False, exc
         if kind == ERR:
@@ -337,10 +365,14 @@ class Resolver(Workers):
                 return
             self.closed = True
             self.inbox.clear()  # late reports of retired workers: not wanted
+            self.held.clear()
             self.arrived.clear()
             self.tasks.close()
             self.results.close()
         close_spares_if_last()
+
+
+_NOTHING = object()  # (a sentinel no message equals)
 
 
 def close_spares_if_last() -> None:

@@ -9,6 +9,7 @@ where a second Ctrl-C must not abort stopping the pools.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 from ._compat import is_main_thread, sigint_handler, swap_sigint_handler
@@ -52,6 +53,10 @@ class defer_sigint:
             old(*caught)  # default_int_handler raises KeyboardInterrupt here
         elif old == signal.SIG_DFL:
             signal.raise_signal(signal.SIGINT)
+
+
+#: What to enter instead of :class:`defer_sigint` where nothing is deferred.
+NOT_DEFERRED = contextlib.nullcontext()
 
 
 def ignore_sigint() -> Any:

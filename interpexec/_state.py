@@ -173,6 +173,8 @@ class PoolState:
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()
+        # The message the main thread is handling (see Resolver._deliver_in_main):
+        self.held: collections.deque[tuple[Any, ...]] = collections.deque()
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

@@ -169,6 +169,7 @@ class Stopper(Waiting):
         self.unsettled.clear()
         self.inbox = collections.deque()
         self.arrived = collections.deque()
+        self.held = collections.deque()
         self.dispatching = None
         self.closed = True
         self.parking = False

@@ -23,6 +23,7 @@ from ._compat import is_main_thread
 from ._future import WAITABLE, PipeWaiter, PoolFuture
 from ._protocol import INIT_TID
 from ._resolver import Resolver
+from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import WorkItem
 from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS
 from ._wakeup import borrow, drain, give_back, lent, notify, try_borrow, wait
@@ -60,11 +61,14 @@ class Watch:
         return self.future._state not in WAITABLE
 
     def close(self) -> None:
-        """Deregister (the resolver delivers the result if nobody else did)."""
-        pipe, self._pipe = self._pipe, None
-        if pipe is not None:
-            self._pool.detach_waiter(self._item, pipe[1])
-            give_back(pipe)
+        """Deregister (the resolver delivers the result if nobody else did).  A
+        Ctrl-C is held back over it: cut short, it would leave the waiter slot
+        registered and the pipe lent for ever."""
+        with defer_sigint() if is_main_thread() else NOT_DEFERRED:
+            pipe, self._pipe = self._pipe, None
+            if pipe is not None:
+                self._pool.detach_waiter(self._item, pipe[1])
+                give_back(pipe)
 
     def __enter__(self) -> Watch:
         return self

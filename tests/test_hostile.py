@@ -1105,10 +1105,14 @@ def test_sigint_into_result_then_everything_still_resolves():
 # with its value, each of its two done-callbacks must run exactly once, and a
 # second thread in the standard Future.result() and a third in cf.wait() must
 # wake.  "take": KeyboardInterrupt raised outright while results come off the
-# queue (that path must hold without any help); "deliver": the SIGINT handler
-# called, as a signal would, anywhere from collect() to the futures' callbacks.
+# queue, at every bytecode (that path must hold without any help); "deliver":
+# the SIGINT handler called, as a signal would and where one can be handled,
+# anywhere from collect() to the futures' wake-ups
+# (not inside the standard loop over the callbacks: a Ctrl-C there, as inside a
+# callback, interrupts user code, and the future's later callbacks are skipped,
+# as when a callback raises KeyboardInterrupt).
 STEP_SCRIPT = """
-import concurrent.futures as cf, signal, sys, threading
+import concurrent.futures as cf, dis, signal, sys, threading
 from concurrent.futures import Future
 from interpexec import InterpreterPoolExecutor
 from interpexec._condition import FutureCondition
@@ -1120,14 +1124,26 @@ MODE = sys.argv[1]
 if MODE == "take":
     FUNCS = [Resolver.take_results, Resolver._take_queued]
 else:
-    FUNCS = [Resolver.collect, Resolver._collect, Resolver._deliver, Resolver._handle, Resolver._outcome,
-             Future.set_result, Future._invoke_callbacks, FutureCondition.notify_all, FutureCondition.notify,
-             Waiting.wait_for, Waiting._wait_done, Watch.check, Watch.close, Waiting.detach_waiter,
-             PoolFuture.result]
+    FUNCS = [Resolver.collect, Resolver._deliver, Resolver._deliver_in_main, Resolver._handle,
+             Resolver._outcome, PoolFuture.set_result, PoolFuture._finish, FutureCondition.notify_all,
+             FutureCondition.notify, Waiting.wait_for, Waiting._wait_done, Watch.check, Watch.close,
+             Waiting.detach_waiter, PoolFuture.result]
+def signal_points(code):
+    # Where CPython runs signal handlers: after a call returns, at a function's
+    # start and at a loop's backward jump (the eval breaker's checks).
+    points, after_call = set(), False
+    for ins in dis.get_instructions(code):
+        if after_call or ins.opname in ("RESUME", "JUMP_BACKWARD"):
+            points.add(ins.offset)
+        after_call = ins.opname.startswith("CALL")
+    return points
+POINTS = {func.__code__: signal_points(func.__code__) for func in FUNCS}
 MAIN = threading.get_ident()
 state = {"target": None, "seen": set(), "hit": False, "on": False}
 def at_instruction(code, offset):
     if not state["on"] or threading.get_ident() != MAIN:
+        return
+    if MODE == "deliver" and offset not in POINTS[code]:
         return
     key = (code.co_qualname, offset)
     state["seen"].add(key)
@@ -1233,7 +1249,7 @@ def test_a_ctrl_c_at_any_step_of_the_result_path_loses_nothing(mode):
     assert p.returncode == 0, p.stderr[-3000:]
     words = p.stdout.split()
     targets, missed = int(words[1]), int(words[3])
-    assert targets > 50  # the main thread did take and deliver results
+    assert targets > 20  # the main thread did take and deliver results
     assert missed < targets // 4, p.stdout  # and the Ctrl-Cs landed at most of those steps
 
 
