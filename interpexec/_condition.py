@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import threading
 from collections import deque
-from time import monotonic as _time
 
 from ._compat import RLock, allocate_lock, lock_is_owned, reacquire, release_all
 
@@ -58,23 +58,6 @@ class FutureCondition(RLock):  # type: ignore[misc]
                 except ValueError:  # (already removed by a notify)
                     pass
 
-    def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
-        """threading.Condition.wait_for: wait until ``predicate()`` is true."""
-        endtime = None
-        waittime = timeout
-        result = predicate()
-        while not result:
-            if waittime is not None:
-                if endtime is None:
-                    endtime = _time() + waittime
-                else:
-                    waittime = endtime - _time()
-                    if waittime <= 0:
-                        break
-            self.wait(waittime)
-            result = predicate()
-        return result
-
     def notify(self, n: int = 1) -> None:
         if not lock_is_owned(self):
             raise RuntimeError("cannot notify on un-acquired lock")
@@ -98,11 +81,9 @@ class FutureCondition(RLock):  # type: ignore[misc]
         elif not lock_is_owned(self):
             raise RuntimeError("cannot notify on un-acquired lock")
 
-    def notifyAll(self) -> None:  # (threading.Condition's deprecated alias)
-        import warnings
-
-        warnings.warn("notifyAll() is deprecated, use notify_all() instead", DeprecationWarning, stacklevel=2)
-        self.notify_all()
+    # threading.Condition's own: they only call wait() and notify_all().
+    wait_for = threading.Condition.wait_for
+    notifyAll = threading.Condition.notifyAll
 
     def __repr__(self) -> str:
         return f"<FutureCondition({super().__repr__()}, {len(self._waiters or ())})>"

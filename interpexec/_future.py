@@ -6,7 +6,7 @@ from concurrent.futures import Future, _base
 
 from ._compat import is_main_thread, release_if_owned
 from ._condition import FutureCondition
-from ._sigint import NOT_DEFERRED, defer_sigint
+from ._sigint import defer_sigint
 from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -97,21 +97,28 @@ class PoolFuture(Future[T]):
         return True
 
     def set_result(self, result: Any) -> None:
-        """The standard one, made Ctrl-C safe (see :meth:`_finish`)."""
-        self._finish(result, None, False)
+        """The standard one; in the main thread made Ctrl-C safe (see :meth:`_finish`)."""
+        if is_main_thread():
+            self._finish(result, None, False)
+        else:
+            super().set_result(result)
 
     def set_exception(self, exception: BaseException | None) -> None:
-        """The standard one, made Ctrl-C safe (see :meth:`_finish`)."""
-        self._finish(None, exception, True)
+        """The standard one; in the main thread made Ctrl-C safe (see :meth:`_finish`)."""
+        if is_main_thread():
+            self._finish(None, exception, True)
+        else:
+            super().set_exception(exception)
 
     def _finish(self, result: Any, exception: BaseException | None, failed: bool) -> None:
-        """Future.set_result/set_exception with the state change and the waiters'
-        wake-ups in one step a Ctrl-C cannot cut in two (the main thread may
-        deliver results: cut there, other threads would wait for ever), and the
-        done-callbacks run even when the Ctrl-C held back meanwhile is raised."""
+        """Future.set_result/set_exception for the main thread (which delivers
+        results while it waits): the state change and the waiters' wake-ups in
+        one step a Ctrl-C cannot cut in two (cut there, other threads would wait
+        for ever), and the done-callbacks run even when the Ctrl-C held back
+        meanwhile is raised."""
         changed = False
         try:
-            with defer_sigint() if is_main_thread() else NOT_DEFERRED:
+            with defer_sigint():
                 with self._condition:
                     if self._state in _DONE:
                         raise _base.InvalidStateError(f"{self._state}: {self!r}")
