@@ -98,6 +98,19 @@ class PoolFuture(Future[T]):
 
     def set_result(self, result: Any) -> None:
         """The standard one; in the main thread made Ctrl-C safe (see :meth:`_finish`)."""
+        with self._condition:
+            if (
+                self._state == _RUNNING
+                and not self._waiters
+                and not self._done_callbacks
+                and not self._condition._waiters  # type: ignore[attr-defined]
+            ):
+                # Nobody to wake and no callback to run (most futures of a burst):
+                # the state change is all there is.  A Ctrl-C between these two
+                # stores leaves the message to be handled again (see _deliver_in_main).
+                self._result = result
+                self._state = _FINISHED
+                return
         if is_main_thread():
             self._finish(result, None, False)
         else:
