@@ -1120,9 +1120,15 @@ from interpexec._future import PoolFuture
 from interpexec._resolver import Resolver
 from interpexec._waiting import Waiting, Watch
 from tests import hostile_helpers as hh
+from interpexec._dispatch import Dispatcher
+from interpexec._executor import InterpreterPoolExecutor as IPE
 MODE = sys.argv[1]
 if MODE == "take":
     FUNCS = [Resolver.take_results, Resolver._take_queued]
+elif MODE == "dispatch":
+    from interpexec import _compat
+    FUNCS = [IPE._submit, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, Dispatcher._dispatch_batch,
+             _compat.queue_put, _compat.queue_put_after]
 else:
     FUNCS = [Resolver.collect, Resolver._deliver, Resolver._deliver_in_main, Resolver._handle,
              Resolver._outcome, PoolFuture.set_result, PoolFuture._finish, FutureCondition.notify_all,
@@ -1135,7 +1141,7 @@ def signal_points(code):
     for ins in dis.get_instructions(code):
         if after_call or ins.opname in ("RESUME", "JUMP_BACKWARD"):
             points.add(ins.offset)
-        after_call = ins.opname.startswith("CALL")
+        after_call = ins.opname.startswith("CALL") and not ins.opname.startswith("CALL_INTRINSIC")
     return points
 POINTS = {func.__code__: signal_points(func.__code__) for func in FUNCS}
 MAIN = threading.get_ident()
@@ -1143,7 +1149,7 @@ state = {"target": None, "seen": set(), "hit": False, "on": False}
 def at_instruction(code, offset):
     if not state["on"] or threading.get_ident() != MAIN:
         return
-    if MODE == "deliver" and offset not in POINTS[code]:
+    if MODE != "take" and offset not in POINTS[code]:
         return
     key = (code.co_qualname, offset)
     state["seen"].add(key)
@@ -1155,8 +1161,13 @@ def at_instruction(code, offset):
 TOOL = sys.monitoring.PROFILER_ID
 sys.monitoring.use_tool_id(TOOL, "step test")
 sys.monitoring.register_callback(TOOL, sys.monitoring.events.INSTRUCTION, at_instruction)
+# A function's start (RESUME) is a signal point too; it emits PY_START, not INSTRUCTION.
+sys.monitoring.register_callback(TOOL, sys.monitoring.events.PY_START, lambda code, offset: at_instruction(code, -1))
 for func in FUNCS:
-    sys.monitoring.set_local_events(TOOL, func.__code__, sys.monitoring.events.INSTRUCTION)
+    POINTS[func.__code__].add(-1)
+    sys.monitoring.set_local_events(
+        TOOL, func.__code__, sys.monitoring.events.INSTRUCTION | sys.monitoring.events.PY_START
+    )
 def park_resolver(ex):
     # Park the resolver thread in a done-callback (so that this thread takes
     # every result); returns the Event that lets it go.
@@ -1172,7 +1183,49 @@ def park_resolver(ex):
         if not here:
             assert parked.wait(20)
             return release
+CREATED = []
+_init = PoolFuture.__init__
+def _recording_init(self, *args):
+    _init(self, *args)
+    CREATED.append(self)
+PoolFuture.__init__ = _recording_init
+def dispatch_batch(ex, n):
+    # Batching on (as for short tasks); the resolver parked, so that results
+    # come back only through this thread: 8 calls go one by one, the rest
+    # gather and go in batches of 8.  A Ctrl-C may end a submit() at any
+    # step: no call it had queued may be lost, nor run twice.
+    where = state["target"]
+    pool = ex._pool
+    pool.batch_max, pool.window, pool.estimated_at = 8, 64, 10**12
+    del CREATED[:]
+    release = park_resolver(ex)
+    try:
+        fs = {}
+        state["on"] = True
+        try:
+            for i in range(n):
+                try:
+                    fs[i] = ex.submit(hh.identity, i)
+                except KeyboardInterrupt:
+                    pass
+        finally:
+            state["on"] = False
+    finally:
+        release.set()
+    for f in CREATED:
+        if f._state != "PENDING":  # (PENDING: the Ctrl-C ended submit() before it queued the call)
+            try:
+                f.result(timeout=20)
+            except TimeoutError:
+                raise AssertionError(f"a queued call was lost (Ctrl-C at {where})") from None
+    assert all(f.result() == i for i, f in fs.items()), where
+    stranded = [f for f in CREATED if f._state == "PENDING" and any(it.future is f for it in pool.pending)]
+    assert not stranded and not pool.batching and not pool.requeued, where
+    with pool.lock:
+        assert not pool.inflight, (where, len(pool.inflight))
 def batch(ex, n):
+    if MODE == "dispatch":
+        return dispatch_batch(ex, 3 * n)
     where = state["target"]
     calls, counted = {}, threading.Condition()
     def count(f):
@@ -1236,7 +1289,7 @@ print("targets", len(targets), "missed", len(missed))
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("mode", ["take", "deliver"])
+@pytest.mark.parametrize("mode", ["take", "deliver", "dispatch"])
 def test_a_ctrl_c_at_any_step_of_the_result_path_loses_nothing(mode):
     p = subprocess.run(
         [PY, "-c", STEP_SCRIPT, mode],
