@@ -6,6 +6,12 @@ itself).  As with ProcessPoolExecutor, only work not yet handed to the workers
 can be cancelled.  Dispatch runs under the pool's lock and never runs user
 code: a future that fails here is returned to the caller, which resolves it
 after releasing the lock.
+
+Short tasks (recent ones took under ``BATCH_TASK_NS`` each in the workers) go
+several to a queue item, a BATCH, in a window ``BATCH_WINDOW`` times wider; once
+every worker has plenty queued, calls gather in the pending deque until a batch
+is worth sending (results coming back dispatch them too).  Calls a retired
+worker's batch held are dispatched again first (``requeued``).
 """
 
 from __future__ import annotations

@@ -18,20 +18,50 @@ import os
 import pytest
 
 from interpexec import InterpreterPoolExecutor
+from interpexec._dispatch import BATCH_MAX, BATCH_WINDOW, ESTIMATE_EVERY
 from tests import helpers as h
 
 WORKERS = 2
 
 
 def _trained_pool():
-    """A pool whose recent tasks were short: it batches."""
+    """A pool that batches, as it does once recent tasks were short.  (What the
+    workers measure depends on the machine's load: the estimate is frozen here,
+    and tested on its own below.)"""
     ex = InterpreterPoolExecutor(WORKERS)
-    for _ in range(3):
-        assert list(ex.map(h.square, range(200))) == [i * i for i in range(200)]
-        ex.submit(h.identity, 0).result(timeout=30)  # (a dispatch after the runs: the estimate)
+    assert list(ex.map(h.square, range(20))) == [i * i for i in range(20)]
     pool = ex._pool
-    assert pool.batch_max > 1 and pool.window > pool.base_window, (pool.batch_max, pool.window)
+    with pool.lock:
+        pool.batch_max, pool.window, pool.estimated_at = 16, pool.base_window * BATCH_WINDOW, 10**12
     return ex
+
+
+def _add_work(pool, tasks, ns_each):
+    """Count ``tasks`` more tasks of ``ns_each`` in worker slot 0 (idle here)."""
+    layout, ctl = pool.layout, pool.ctl
+    ctl[layout.tasks_done] += tasks
+    ctl[layout.busy_ns] += tasks * ns_each
+    pool.completed = pool.estimated_at + ESTIMATE_EVERY  # (an estimate is due)
+    with pool.lock:
+        pool.dispatch_locked()
+
+
+@pytest.mark.timeout(60)
+def test_the_estimate_turns_batching_on_for_short_tasks_and_off_for_long_ones():
+    ex = InterpreterPoolExecutor(WORKERS)
+    try:
+        ex.submit(h.identity, 0).result(timeout=30)
+        pool = ex._pool
+        assert pool.batch_max == 1 and pool.window == pool.base_window
+        _add_work(pool, 100, 5_000)  # 5 us each
+        assert pool.batch_max == BATCH_MAX and pool.window == pool.base_window * BATCH_WINDOW
+        _add_work(pool, 100, 40_000)  # 40 us each: about 0.5 ms of work per batch
+        assert 1 < pool.batch_max < BATCH_MAX and pool.window == pool.base_window * BATCH_WINDOW
+        _add_work(pool, 10, 1_000_000)  # 1 ms each (only the tasks since the last estimate count)
+        assert pool.batch_max == 1 and pool.window == pool.base_window
+        assert ex.submit(h.square, 7).result(timeout=30) == 49
+    finally:
+        ex.shutdown()
 
 
 class _Gate:
