@@ -52,7 +52,8 @@ def test_the_estimate_turns_batching_on_for_short_tasks_and_off_for_long_ones():
     try:
         ex.submit(h.identity, 0).result(timeout=30)
         pool = ex._pool
-        assert pool.batch_max == 1 and pool.window == pool.base_window
+        assert pool.batch_max == 1 and pool.window == pool.base_window  # (nothing known yet)
+        _add_work(pool, 0, 0)  # an estimate that takes in the real task (its first one imports)
         _add_work(pool, 100, 5_000)  # 5 us each
         assert pool.batch_max == BATCH_MAX and pool.window == pool.base_window * BATCH_WINDOW
         _add_work(pool, 100, 40_000)  # 40 us each: about 0.5 ms of work per batch
