@@ -32,8 +32,6 @@ import _signal  # type: ignore[import-not-found,unused-ignore]
 import _thread
 import sys
 from _collections import deque  # type: ignore[import-not-found,unused-ignore]
-from _functools import partial as _partial  # type: ignore[import-not-found,unused-ignore]
-from _operator import call as _call  # type: ignore[import-not-found,unused-ignore]
 from _operator import itemgetter as _itemgetter  # type: ignore[import-not-found,unused-ignore]
 from _pickle import PickleBuffer, PicklingError, dumps, loads
 from itertools import repeat as _repeat
@@ -211,13 +209,6 @@ else:
     QUEUE_PUT_TAIL = (_UNBOUND_REMOVE,)
 
 QUEUE_PUT: Any = _interpqueues.put
-_sink: deque[Any] = deque(maxlen=0)
-
-
-def queue_put_after(record: Any, qid: int, obj: Any) -> None:
-    """``record()``, then put ``obj``: both inside one C-level call, so that a
-    Ctrl-C in the main thread lands before both or after both."""
-    _sink.extend(map(_call, (record, _partial(QUEUE_PUT, qid, obj, *QUEUE_PUT_TAIL))))
 
 
 _first = _itemgetter(0)

@@ -101,31 +101,21 @@ class Workers(Dispatcher):
     def after_worker_exit(self) -> None:
         """Hook for the resolver: a worker is gone, or the pool broke."""
 
-    def retire(self, slot: int, why: str | None = None, requeue: tuple[int, ...] = ()) -> None:
+    def retire(self, slot: int, why: str | None = None) -> None:
         """Stop counting on the worker in ``slot`` (stuck, timed out, or waiting
-        for threads its tasks left) and start another in its place.  ``requeue``:
-        tasks of a batch it had not started, which its watchdog took back; they
-        are dispatched again (their futures stay running)."""
-        failed: list[tuple[WorkItem, BaseException]] = []
+        for threads its tasks left) and start another in its place."""
         with self.lock:
-            inflight = self.inflight
-            if requeue and (back := [tid for tid in requeue if tid in inflight]):
-                # (One C call moves them: a Ctrl-C lands before or after.  Handling
-                # this message again finds none of them in flight.)
-                self.requeued.extend(map(inflight.pop, back))
             worker = self.workers.get(slot)
-            if worker is not None and not worker.retired:
-                worker.retired = True
-                self.active -= 1
-                self.ready_slots.discard(slot)
-                if self.broken is None and (not self.shutdown_flag or self.pending or self.inflight or self.requeued):
-                    self.start_locked()
-                    failed = self.dispatch_locked()
-                self.ready.notify_all()
-            else:
-                why = None  # (retired already: said then)
-                if self.requeued:
-                    failed = self.dispatch_locked()
+            if worker is None or worker.retired:
+                return
+            worker.retired = True
+            self.active -= 1
+            self.ready_slots.discard(slot)
+            failed: list[tuple[WorkItem, BaseException]] = []
+            if self.broken is None and (not self.shutdown_flag or self.pending or self.inflight):
+                self.start_locked()
+                failed = self.dispatch_locked()
+            self.ready.notify_all()
         self.fail_items(failed)
         if why:
             warnings.warn(why, RuntimeWarning, stacklevel=1)
@@ -144,10 +134,9 @@ class Workers(Dispatcher):
             self.broken = message
             self.broken_cause = cause
             waiting = list(self.pending)
-            doomed = list(self.inflight.values()) + list(self.requeued)
+            doomed = list(self.inflight.values())
             self.pending.clear()
             self.inflight.clear()
-            self.requeued.clear()
             self.shutdown_flag = True
             failed = self.dispatch_locked()  # sends STOP to the workers still alive
             self.ready.notify_all()

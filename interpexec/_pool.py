@@ -9,9 +9,9 @@ Data flow of one ``submit()`` (modules in brackets)::
     encode fn + args [_transport]
     PoolFuture [_future] --> pending deque --dispatch--> task Channel ----> serve() loop [_worker_main]
                               [_dispatch]   (window of   (_interpqueues      one per worker thread
-                                             2N tasks,    + pipe; short      [_worker], each with its
-                                             8x for       calls in BATCHes)  own GIL; watchdog thread
-                                             short ones)                     beside it [_watchdog]
+                                             2N tasks)    + pipe)            [_worker], each with its
+                                                                             own GIL; watchdog thread
+                                                                             beside it [_watchdog]
                                                                                   |
   result() <-- PoolFuture <-- resolve <-- inbox <-- take_results <-- result Channel <-+
                settled by     [_resolver]                            (_interpqueues + pipe)

@@ -15,7 +15,6 @@ Channels and their messages::
   task channel (shared by the workers; main -> workers)
       (tid, CALL,  fn_blob, encoded (args, kwargs items), timeout or None)
       (tid, CHUNK, fn_blob, encoded argument columns,       timeout or None)
-      (0,   BATCH, (CALL or CHUNK message, ...))   several short tasks as one item
       (0,   STOP)
 
   result channel (workers -> main)
@@ -24,13 +23,6 @@ Channels and their messages::
       (tid, TIMEOUT, seconds)                  from the watchdog, at the deadline
       (tid, STOPPED, None)                     interrupted or skipped as asked
       (-1,  EVENT,   worker slot, event, data) EV_* below
-
-  A worker runs every task of a BATCH it took before it takes anything else
-  or leaves (parked, retired), and puts each outcome as soon as it has it.  When
-  its watchdog retires it (a task stuck or past its deadline), the watchdog
-  takes the tasks not started out of its hands and names them in EV_STUCK;
-  the pool dispatches them again.  (Only the main interpreter puts tasks:
-  what an interpreter put goes away with it.)
 
   command channel (one per worker; main -> that worker's watchdog)
       (INTERRUPT, tid)        stop task tid if it runs (one not started yet is
@@ -51,7 +43,6 @@ if TYPE_CHECKING:
 CALL = 0
 CHUNK = 1
 STOP = 2
-BATCH = 3
 
 # result kinds
 OK = 0
@@ -63,7 +54,7 @@ STOPPED = 4
 # events (data in brackets)
 EV_STARTED = 0  # ready to take tasks, after the initializer [interpreter id]
 EV_INIT_FAILED = 1  # the initializer raised or timed out [packed exception]
-EV_STUCK = 2  # a stopped task did not return to Python within the grace [tid, tids of its batch not started]
+EV_STUCK = 2  # a stopped task did not return to Python within the grace [tid]
 EV_LOG = 3  # a logging record [its fields, see _worker_env.LogForwarder]
 EV_THREADS_LEFT = 4  # threads a task left running when the interpreter ended [names]
 

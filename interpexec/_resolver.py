@@ -201,31 +201,27 @@ class Resolver(Workers):
         thread's own) by one C-level call, and leaves it only once handled; a
         Ctrl-C in between leaves it there, to be handled again (handling is
         idempotent) by the next delivery here or, woken, by the resolver."""
-        held, inbox, handled = self.held, self.inbox, False
-        popper = iter(inbox.popleft, _NOTHING)  # (C: the pops and the stores in one call)
+        held, handled = self.held, False
+        popper = iter(self.inbox.popleft, _NOTHING)  # (C: the pop and the store in one call)
         try:
             while True:
                 if not held:
                     try:
                         held.extend(islice(popper, 1))
-                    except IndexError:  # the inbox is empty (what was moved stays)
-                        if not held:
-                            break
+                    except IndexError:  # the inbox is empty
+                        break
                 handled = True
                 msg = held[0]
                 try:
                     self._handle(msg)
                 except BaseException:  # user code or a Ctrl-C: the rest first
-                    if not self._unfinished(msg) and held and held[0] is msg:
-                        held.popleft()
+                    if not self._unfinished(msg):
+                        held.clear()
                     raise
-                # (A callback that waited delivered here too, from held: then
-                # msg has left it already.)
-                if held and held[0] is msg:
-                    held.popleft()
+                held.clear()
         except BaseException:
             # Whatever is left goes back for the resolver (or the next call).
-            inbox.extendleft(reversed(held))
+            self.inbox.extendleft(held)
             held.clear()
             if self.inbox:
                 self.wake_resolver()
@@ -328,7 +324,7 @@ class Resolver(Workers):
         elif event == EV_INIT_FAILED:
             self.set_broken("A worker initializer failed, the pool is not usable anymore", unpack_exception(data))
         elif event == EV_STUCK:
-            self.retire(slot, requeue=data[1])
+            self.retire(slot)
         elif event == EV_THREADS_LEFT:
             self.retire(slot, warn_threads_left(slot, data))
         elif event == EV_LOG:

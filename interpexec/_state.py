@@ -140,15 +140,7 @@ class PoolState:
         self.main_path, self.main_name = _main_info()
         self.tasks = Channel(blocking_read=idle_timeout is None)  # idle workers poll with a timeout
         self.results = Channel()
-        self.base_window = min(max(2 * max_workers, 8), NSLOTS)
-        self.window = self.base_window  # (wider while tasks are short: Dispatcher._estimate_task_time)
-        self.batch_max = 1  # tasks per queue item (1 until tasks are known to be short)
-        self.batching: collections.deque[WorkItem] = collections.deque()  # on their way into one BATCH
-        # Running, taken back from a retired worker's batch: dispatched again first.
-        self.requeued: collections.deque[WorkItem] = collections.deque()
-        self.batches = 0  # BATCH messages sent
-        self.estimated_at = 0  # self.completed at the last estimate
-        self.estimate_busy = self.estimate_done = 0  # the workers' totals then
+        self.window = min(max(2 * max_workers, 8), NSLOTS)
         self.layout = ControlLayout(2 * max_workers + 4)
         self.control = bytearray(8 * self.layout.size)
         self.control_view = memoryview(self.control)
@@ -215,8 +207,7 @@ class PoolState:
         (taken from ``pending``, not yet in flight) is one of them: dispatch waits
         for its lock while holding the pool's."""
         items = [self.dispatching] if self.dispatching is not None else []
-        parts = (self.pending, self.batching, self.requeued, self.inflight.values(), self.unsettled.values())
-        for part in map(list, parts):
+        for part in (list(self.pending), list(self.inflight.values()), list(self.unsettled.values())):
             items += part
         for item in items:
             release_if_owned(item.future._condition)

@@ -22,7 +22,7 @@ import time
 
 from . import _compat, _queue, _sigint, _wakeup
 from ._future import PoolFuture
-from ._protocol import BATCH, STOP
+from ._protocol import STOP
 from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
 from ._transport import PARK
@@ -108,8 +108,7 @@ class Stopper(Waiting):
             fut.cancel()
         # Take back what no worker has started yet.
         with self.lock:
-            drained = self.tasks.drain() if self.started and not self.closed else []
-            queued = [one for msg in drained for one in (msg[2] if msg[1] == BATCH else (msg,))]
+            queued = self.tasks.drain() if self.started and not self.closed else []
             items = [self.inflight.pop(msg[0], None) for msg in queued if msg[1] != STOP]
             self.stops_sent -= sum(1 for msg in queued if msg[1] == STOP)
         for item in items:

@@ -72,20 +72,6 @@ class TaskState:
         self.retired = False  # the pool replaced this worker: leave after this task
         self.timed_out = 0  # the task whose deadline passed (its future fails with TimeoutError)
         self.thread_id = get_ident()
-        # The tasks of a BATCH this worker took and has not started, last first
-        # (list.pop() is atomic: the loop and the watchdog both take from it).
-        self.batch: list[tuple[Any, ...]] = []
-
-    def take_batch(self) -> tuple[int, ...]:
-        """Take the batch's tasks not started out of this worker's hands (it is
-        being retired: a stuck task must not hold them); their task ids."""
-        batch, tids = self.batch, []
-        while batch:
-            try:
-                tids.append(batch.pop()[0])
-            except IndexError:  # (the loop took the last one)
-                break
-        return tuple(tids)
 
     def begin(self, tid: int, timeout: float | None) -> bool:
         """Mark task ``tid`` running; False if it was interrupted while queued."""
@@ -212,7 +198,7 @@ class Watchdog:
         st.retired = True
         st.timed_out = st.tid
         self.results.put((st.tid, TIMEOUT, st.timeout))
-        self.results.put((-1, EVENT, self.index, EV_STUCK, (st.tid, st.take_batch())))
+        self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
 
     def _run(self) -> None:
         st, commands = self.state, self.commands
@@ -256,7 +242,7 @@ class Watchdog:
                 ):
                     st.stuck_reported = True
                     st.retired = True
-                    self.results.put((-1, EVENT, self.index, EV_STUCK, (st.tid, st.take_batch())))
+                    self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
                 if (
                     st.tid
                     and st.fired

@@ -24,7 +24,6 @@ from . import _compat, _shared, _wakeup
 from ._compat import loads
 from ._errors import Interrupted, pack_exception, pack_unreportable
 from ._protocol import (
-    BATCH,
     CALL,
     ERR,
     EV_INIT_FAILED,
@@ -289,7 +288,6 @@ def _serve(
     idle_until = 0.0  # when an idle worker leaves (0.0: not idle yet)
     idle_poll = select.poll()
     idle_poll.register(task_rfd, select.POLLIN)
-    batch = state.batch  # a BATCH's tasks not started yet, last first
     max_tasks = settings.max_tasks
     done = 0
     tasks_done = layout.tasks_done + index
@@ -312,16 +310,9 @@ def _serve(
         return waiter > 0
 
     while True:
-        msg = empty
-        if batch:
-            try:
-                msg = batch.pop()
-            except IndexError:  # (the watchdog took the rest: see TaskState.take_batch)
-                pass
         # (Count first: a get from an empty queue makes CPython import its queue
         # wrapper module, which costs a 3.13 worker 35 ms and can fail.)
-        if msg is empty:
-            msg = get(empty) if count(task_qid) else empty
+        msg = get(empty) if count(task_qid) else empty
         if msg is empty and (not spin_cap or sum(ctl[spin_lo:spin_hi]) < spin_cap):
             # Linger briefly before sleeping: waking a sleeping thread costs the
             # waker more than a whole no-op task, so in a burst of submits a worker
@@ -360,9 +351,6 @@ def _serve(
                 ctl[asleep] = 0
                 continue
             ctl[asleep] = 0
-        if msg[1] == BATCH:
-            batch.extend(reversed(msg[2]))
-            continue
         if msg[1] == STOP:
             return EXIT_STOP
         idle_until = 0.0
@@ -386,7 +374,7 @@ def _serve(
         slot = tid % NSLOTS
         attached = wake_waiter(slot, tid)
         woke = attached is True
-        if attached is None and spin and not batch and not count(task_qid):
+        if attached is None and spin and not count(task_qid):
             # Nobody waits for it yet, and no task waits for this worker: the
             # caller is usually a few microseconds from result().  Linger (bounded,
             # yielding) until it attaches or takes the result itself, rather than
@@ -411,13 +399,12 @@ def _serve(
                 write(result_wfd, b"\0")
             except BlockingIOError:
                 ctl[written] -= 1  # the pipe is full: the resolver is being woken
-        if not batch:  # (a batch is run to its end before the worker leaves)
-            if state.retired:
-                return EXIT_RETIRED
-            if ctl[PARK]:
-                return EXIT_PARK
+        if state.retired:
+            return EXIT_RETIRED
+        if ctl[PARK]:
+            return EXIT_PARK
         ctl[busy_ns] += clock() - started
         ctl[tasks_done] += 1
         done += 1
         if max_tasks and done >= max_tasks:
-            return EXIT_RECYCLE  # (with max_tasks, tasks travel one by one: see _dispatch)
+            return EXIT_RECYCLE

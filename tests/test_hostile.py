@@ -1127,8 +1127,7 @@ if MODE == "take":
     FUNCS = [Resolver.take_results, Resolver._take_queued]
 elif MODE == "dispatch":
     from interpexec import _compat
-    FUNCS = [IPE._submit, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, Dispatcher._dispatch_batch,
-             _compat.queue_put, _compat.queue_put_after]
+    FUNCS = [IPE._submit, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, _compat.queue_put]
 else:
     FUNCS = [Resolver.collect, Resolver._deliver, Resolver._deliver_in_main, Resolver._handle,
              Resolver._outcome, PoolFuture.set_result, PoolFuture._finish, FutureCondition.notify_all,
@@ -1190,13 +1189,12 @@ def _recording_init(self, *args):
     CREATED.append(self)
 PoolFuture.__init__ = _recording_init
 def dispatch_batch(ex, n):
-    # Batching on (as for short tasks); the resolver parked, so that results
-    # come back only through this thread: 8 calls go one by one, the rest
-    # gather and go in batches of 8.  A Ctrl-C may end a submit() at any
-    # step: no call it had queued may be lost, nor run twice.
+    # The resolver parked, so that results come back only through this thread:
+    # the window fills, and later submits wait in pending and collect.  A
+    # Ctrl-C may end a submit() at any step: no call it had queued may be
+    # lost, nor run twice.
     where = state["target"]
     pool = ex._pool
-    pool.batch_max, pool.window, pool.estimated_at = 8, 64, 10**12
     del CREATED[:]
     release = park_resolver(ex)
     try:
@@ -1220,7 +1218,7 @@ def dispatch_batch(ex, n):
                 raise AssertionError(f"a queued call was lost (Ctrl-C at {where})") from None
     assert all(f.result() == i for i, f in fs.items()), where
     stranded = [f for f in CREATED if f._state == "PENDING" and any(it.future is f for it in pool.pending)]
-    assert not stranded and not pool.batching and not pool.requeued, where
+    assert not stranded, where
     with pool.lock:
         assert not pool.inflight, (where, len(pool.inflight))
 def batch(ex, n):
