@@ -72,6 +72,8 @@ class Dispatcher(PoolState):
             # leave the item where it belongs, so that its future still resolves.
             if item is not None:
                 self._repair(item)
+            else:  # (between two items: the last one's wake-up may not be written)
+                self._wake_a_worker(force=True)
             raise
         if self.shutdown_flag and not pending and self.stops_sent < self.active:
             for _ in range(self.active - self.stops_sent):
