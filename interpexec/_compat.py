@@ -189,11 +189,7 @@ if sys.version_info < (3, 14):
         _interpqueues.bind(qid)
         return qid
 
-    def queue_put(qid: int, obj: Any) -> None:
-        _interpqueues.put(qid, obj, 0, _UNBOUND_REMOVE)
-
-    #: ``queue_put(qid, obj)`` is ``QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)``: a C
-    #: call, with no Python frame in which a Ctrl-C could land first.
+    #: What ``_interpqueues.put`` takes after the queue and the object.
     QUEUE_PUT_TAIL: tuple[int, ...] = (0, _UNBOUND_REMOVE)
 
 else:
@@ -203,12 +199,15 @@ else:
         _interpqueues.bind(qid)
         return qid
 
-    def queue_put(qid: int, obj: Any) -> None:
-        _interpqueues.put(qid, obj, _UNBOUND_REMOVE)
-
     QUEUE_PUT_TAIL = (_UNBOUND_REMOVE,)
 
+#: ``queue_put(qid, obj)`` as ``QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)``: a C call,
+#: with no Python frame in which a Ctrl-C could land first.
 QUEUE_PUT: Any = _interpqueues.put
+
+
+def queue_put(qid: int, obj: Any) -> None:
+    QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)
 
 
 _first = _itemgetter(0)

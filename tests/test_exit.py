@@ -18,6 +18,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _assert_ended_on_ctrl_c(proc):
+    """The process ended on its KeyboardInterrupt, not on a CPython abort."""
+    assert proc.returncode != 0
+    assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
+    assert "KeyboardInterrupt" in proc.stderr
+
+
 def _run_with_pipe(script, how):
     """Run ``script WFD HOW``; return the process and every byte it wrote to WFD
     (its tasks' done-callbacks write there, up to the very end of the process)."""
@@ -144,9 +151,7 @@ def test_ctrl_c_storm_during_exit_never_aborts_the_process(tmp_path):
             timeout=30,  # the work would take 10 s; it is cancelled at the first Ctrl-C
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        assert proc.returncode != 0
-        assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
-        assert "KeyboardInterrupt" in proc.stderr
+        _assert_ended_on_ctrl_c(proc)
 
 
 LEAKED_LOCK_SCRIPT = textwrap.dedent(
@@ -185,9 +190,7 @@ def test_future_locks_the_main_thread_left_held_do_not_hang_the_exit(tmp_path, h
         assert proc.returncode == 0, proc.stderr
         assert sorted(done) == [0, 1, 2]
     else:
-        assert proc.returncode != 0
-        assert "KeyboardInterrupt" in proc.stderr
-        assert "Fatal Python error" not in proc.stderr
+        _assert_ended_on_ctrl_c(proc)
 
 
 # The same, where it deadlocked: the resolver dispatching a queued future whose
@@ -239,9 +242,7 @@ def test_a_queued_future_whose_lock_the_main_thread_left_held_does_not_deadlock(
     proc, done = _run_with_pipe(script, how)
     assert "holding" in proc.stdout, proc.stderr
     if how == "ctrl-c":
-        assert proc.returncode != 0
-        assert "KeyboardInterrupt" in proc.stderr
-        assert "Fatal Python error" not in proc.stderr
+        _assert_ended_on_ctrl_c(proc)
     else:
         assert proc.returncode == 0, proc.stderr
         assert sorted(done) == list(range(12))  # the held future's task ran too
