@@ -33,7 +33,6 @@ import _thread
 import sys
 from _collections import deque  # type: ignore[import-not-found,unused-ignore]
 from _operator import itemgetter as _itemgetter  # type: ignore[import-not-found,unused-ignore]
-from _pickle import PickleBuffer, PicklingError, dumps, loads
 from itertools import repeat as _repeat
 
 # Low-level names the rest of the package uses through here: the C modules behind
@@ -47,7 +46,26 @@ get_ident = _thread.get_ident
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
+    from _pickle import PickleBuffer, PicklingError, dumps, loads
     from typing import Any, Literal
+
+#: The C pickle module's names, imported on first use (:func:`__getattr__`): a
+#: worker whose calls and results all cross natively (functions go by reference,
+#: see ``_pickling``) never loads pickle, which costs each interpreter 0.6-0.7 MB
+#: and 2 ms.  Modules that load in workers use them as ``_compat.dumps``.
+_PICKLE_NAMES = ("PickleBuffer", "PicklingError", "dumps", "loads")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PICKLE_NAMES:
+        import _pickle
+
+        names = globals()
+        for each in _PICKLE_NAMES:
+            names[each] = getattr(_pickle, each)
+        return names[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "VERSION",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from ._compat import dumps, loads
+from . import _compat
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -228,8 +228,8 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
         message = f"<unprintable {tp.__qualname__}>"
     blob: bytes | None
     try:
-        blob = dumps(exc, protocol=5)
-        loads(blob)  # it must also come back out on the other side
+        blob = _compat.dumps(exc, protocol=5)
+        _compat.loads(blob)  # it must also come back out on the other side
     except Interrupted:
         raise
     except BaseException:  # any failure of the user's __reduce__/__setstate__: send it as text
@@ -303,7 +303,7 @@ def _unpack_one(packed: Packed) -> BaseException:
     exc: BaseException | None = None
     if blob is not None:
         try:
-            exc = loads(bytes(blob))
+            exc = _compat.loads(bytes(blob))
         except KeyboardInterrupt:  # a Ctrl-C, not the user's class: the resolver re-delivers
             raise
         except BaseException:  # the user's __setstate__ raised (even SystemExit): sent as text

@@ -16,7 +16,7 @@ from concurrent.futures import Executor
 from . import _shared
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
-from ._pickling import dumps_callable
+from ._pickling import encode_callable
 from ._pool import Pool, exiting
 from ._protocol import CALL, CHUNK
 from ._sigint import NOT_DEFERRED, defer_sigint
@@ -351,10 +351,10 @@ def _encode_call(
     if type(fn) is ChunkCall:
         # A chunk travels as argument columns: fn(*row) for row in zip(*columns).
         columns = tuple(zip(*args[0], strict=True))
-        return (tid, CHUNK, dumps_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
+        return (tid, CHUNK, encode_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
     if not callable(fn):
         raise TypeError(f"{fn!r} is not callable")
-    return (tid, CALL, dumps_callable(fn), encode_call_args(args, kwargs), timeout)
+    return (tid, CALL, encode_callable(fn), encode_call_args(args, kwargs), timeout)
 
 
 def _parent_log_level() -> int:

@@ -1,9 +1,14 @@
 """How callables travel to workers (main interpreter side only).
 
-Callables: pickled by reference (module + qualified name), as multiprocessing
-does.  Functions that cannot be found by reference in a worker (lambdas,
-closures, functions typed at a REPL) go by value through cloudpickle when it is
-installed; otherwise the call fails with an error naming the function.
+Callables: by reference (module + qualified name), as multiprocessing does.  A
+plain function that pickle would send by reference goes as the natively
+shareable ``(module, qualname)`` itself, which the worker resolves the way
+pickle would (``_transport.load_callable``), so a worker whose calls and results
+all cross natively never imports pickle; other callables (bound methods,
+``functools.partial``, callable instances) are pickled.  Functions that cannot
+be found by reference in a worker (lambdas, closures, functions typed at a REPL)
+go by value through cloudpickle when it is installed; otherwise the call fails
+with an error naming the function.
 """
 
 from __future__ import annotations
@@ -19,21 +24,24 @@ TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from typing import Any
 
-_FN_BLOBS: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+#: A callable as it travels: a ``(module, qualname)`` reference or a pickle.
+Encoded = tuple[str, str] | bytes
+
+_FN_BLOBS: weakref.WeakKeyDictionary[Any, Encoded] = weakref.WeakKeyDictionary()
 
 
-#: The last function pickled and its pickle: a burst of submits sends the same
+#: The last function encoded and its encoding: a burst of submits sends the same
 #: function again and again, and a weak reference is cheaper to check than a
 #: WeakKeyDictionary lookup (which builds a new weak reference every time).
-#: Only pickles by reference (module and name) are cached: they cannot go
-#: stale.  A function sent by value (a closure, a lambda, a REPL function) is
-#: pickled at every submit, so the task sees its cells and globals as they are
-#: now, as with ProcessPoolExecutor.
-_last: tuple[weakref.ref[Any], bytes] | None = None
+#: Only references (module and name) are cached: they cannot go stale.  A
+#: function sent by value (a closure, a lambda, a REPL function) is pickled at
+#: every submit, so the task sees its cells and globals as they are now, as with
+#: ProcessPoolExecutor.
+_last: tuple[weakref.ref[Any], Encoded] | None = None
 
 
-def dumps_callable(fn: Any) -> bytes:
-    """Pickle a callable for a worker, caching plain functions' pickles by reference."""
+def encode_callable(fn: Any) -> Encoded:
+    """A callable as it travels to a worker; plain functions' references are cached."""
     global _last
     if type(fn) is types.FunctionType:
         last = _last
@@ -50,18 +58,37 @@ def dumps_callable(fn: Any) -> bytes:
     return _pickle_callable(fn)[0]
 
 
-def _pickle_callable(fn: Any) -> tuple[bytes, bool]:
-    """The pickle, and whether it is by reference."""
+def _pickle_callable(fn: Any) -> tuple[Encoded, bool]:
+    """The encoding, and whether it is by reference."""
     if getattr(fn, "__module__", None) == "__main__" and not _main_is_importable():
         return _pickle_by_value(fn, "it is defined in an interactive session (REPL, notebook or python -c)"), False
     qualname = getattr(fn, "__qualname__", "")
     if type(fn) is types.FunctionType and ("<lambda>" in qualname or "<locals>" in qualname):
         why = "lambdas, closures and functions defined inside functions have no importable name"
         return _pickle_by_value(fn, why), False
+    if type(fn) is types.FunctionType:
+        ref = _reference(fn)
+        if ref is not None:
+            return ref, True
     try:
         return dumps(fn, protocol=5), type(fn) is types.FunctionType
     except (PicklingError, AttributeError, TypeError) as exc:
         return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})"), False
+
+
+def _reference(fn: types.FunctionType) -> tuple[str, str] | None:
+    """``(module, qualname)`` when that names ``fn`` itself, as pickle checks
+    before it pickles a function by reference; None to leave it to pickle
+    (its module not imported, or the name bound to something else)."""
+    module, qualname = fn.__module__, fn.__qualname__
+    if type(module) is not str or type(qualname) is not str:
+        return None
+    obj: object = sys.modules.get(module)
+    for part in qualname.split("."):
+        if obj is None or part == "<locals>":
+            return None
+        obj = getattr(obj, part, None)
+    return (module, qualname) if obj is fn else None
 
 
 def _main_is_importable() -> bool:

@@ -13,9 +13,10 @@ Channels and their messages::
       worker puts  (EXIT, reason)             why serve() returned (EXIT_* below)
 
   task channel (shared by the workers; main -> workers)
-      (tid, CALL,  fn_blob, encoded (args, kwargs items), timeout or None)
-      (tid, CHUNK, fn_blob, encoded argument columns,       timeout or None)
+      (tid, CALL,  fn, encoded (args, kwargs items), timeout or None)
+      (tid, CHUNK, fn, encoded argument columns,       timeout or None)
       (0,   STOP)
+      fn: (module, qualname) for a function found by that name, else a pickle
 
   result channel (workers -> main)
       (tid, OK,      encoded value)            a CHUNK's value is a tuple of results

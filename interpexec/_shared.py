@@ -26,7 +26,7 @@ This module is imported inside workers; it stays light.
 
 from __future__ import annotations
 
-from ._compat import PickleBuffer
+from . import _compat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class Shared:
         flat = view if view.ndim == 1 and view.format == "B" else view.cast("B")
         # With protocol 5 and interpexec's encoder the PickleBuffer travels out of
         # band, as a memoryview over this very memory.
-        return (_lend, (PickleBuffer(flat), view.format, tuple(view.shape or ())))
+        return (_lend, (_compat.PickleBuffer(flat), view.format, tuple(view.shape or ())))
 
     def __repr__(self) -> str:
         mode = "writable" if self.writable else "read-only"

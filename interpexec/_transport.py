@@ -18,14 +18,16 @@ workers, so it imports nothing heavy):
 from __future__ import annotations
 
 import os
+import sys
 
 from . import _compat
-from ._compat import PickleBuffer, dumps, loads
 from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from typing import Any
+
+    from ._compat import PickleBuffer
 
 NATIVE = 0
 PICKLED = 1
@@ -130,7 +132,7 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     buffers: list[PickleBuffer] = []
     if _has_bytearray(obj):
         obj = _wrap_bytearrays(obj)
-    data = dumps(obj, protocol=5, buffer_callback=buffers.append)
+    data = _compat.dumps(obj, protocol=5, buffer_callback=buffers.append)
     if not buffers:
         return (PICKLED, data)
     if share_buffers:
@@ -172,7 +174,7 @@ class _OutOfBand:
         self.data = data
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return (as_bytearray, (PickleBuffer(self.data),))
+        return (as_bytearray, (_compat.PickleBuffer(self.data),))
 
 
 def _wrap(x: Any) -> Any:
@@ -211,12 +213,30 @@ def _as_view(buf: PickleBuffer) -> Any:
     return memoryview(bytes(raw))
 
 
+def load_callable(ref: bytes | tuple[str, str]) -> Any:
+    """The callable a task names.  A ``(module, qualified name)`` reference (see
+    ``_pickling.encode_callable``) is looked up the way pickle looks up a global:
+    import the module, then each attribute of the dotted name; anything else is
+    a pickle (a callable sent by value, or one pickle could only reduce)."""
+    if not isinstance(ref, tuple):
+        return _compat.loads(ref)
+    module, qualname = ref
+    __import__(module)
+    obj = found = sys.modules[module]
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(f"Can't get attribute {qualname!r} on {found!r}") from None
+    return obj
+
+
 def decode(enc: Encoded) -> Any:
     if enc[0] == NATIVE:
         return enc[1]
     if len(enc) == 2:
-        return loads(enc[1])
-    return loads(enc[1], buffers=enc[2])
+        return _compat.loads(enc[1])
+    return _compat.loads(enc[1], buffers=enc[2])
 
 
 class Channel:

@@ -21,7 +21,6 @@ import sys
 import time
 
 from . import _compat, _shared, _wakeup
-from ._compat import loads
 from ._errors import Interrupted, pack_exception, pack_unreportable
 from ._protocol import (
     CALL,
@@ -59,6 +58,7 @@ from ._transport import (
     decode,
     encode,
     encode_flat,
+    load_callable,
 )
 from ._wakeup import INTERRUPT_FDS, MAX_POLL_MS
 from ._watchdog import TaskState, Watchdog, finish_task, interrupted_report
@@ -177,7 +177,7 @@ def _serve(
 ) -> int:
     index = settings.index
     fixup = MainFixup(settings.main_path, settings.main_name)
-    fn_cache: dict[bytes, Callable[..., Any]] = {}
+    fn_cache: dict[bytes | tuple[str, str], Callable[..., Any]] = {}
 
     def fixed[A](unpickle: Callable[[A], Any], data: A) -> Any:
         """``unpickle(data)``, once more after the ``__main__`` fixup if that is
@@ -190,16 +190,13 @@ def _serve(
         fixup.apply()
         return unpickle(data)
 
-    def load(blob: bytes) -> Any:
-        return fixed(loads, blob)
-
-    def load_fn(blob: bytes) -> Callable[..., Any]:
-        fn = fn_cache.get(blob)
+    def load_fn(ref: bytes | tuple[str, str]) -> Callable[..., Any]:
+        fn = fn_cache.get(ref)
         if fn is None:
-            fn = load(blob)
+            fn = fixed(load_callable, ref)
             if len(fn_cache) >= _FN_CACHE_MAX:
                 fn_cache.clear()
-            fn_cache[blob] = fn
+            fn_cache[ref] = fn
         return fn
 
     def load_payload(enc: tuple[Any, ...]) -> Any:
@@ -214,8 +211,8 @@ def _serve(
             if state.begin(INIT_TID, settings.init_timeout):
                 if settings.init_timeout is not None:
                     watchdog.poke()
-                fn_blob, initargs = load(settings.init_blob)
-                load(fn_blob)(*initargs)
+                fn_ref, initargs = fixed(_compat.loads, settings.init_blob)
+                load_fn(fn_ref)(*initargs)
         except Interrupted:
             failure = TimeoutError("the initializer was stopped (its deadline passed, or the pool was stopped)")
         except BaseException as exc:  # anything the initializer raised: reported, the pool breaks

@@ -156,6 +156,14 @@ def loaded_modules(names):
     return {name: name in sys.modules for name in names}
 
 
+def loaded_flags(names):
+    """Which of ``names`` this worker has imported, as a tuple of bools (a value
+    that crosses natively: returning it pickles nothing)."""
+    import sys
+
+    return tuple(name in sys.modules for name in names)
+
+
 def current_interp_id():
     return int(_interpreters.get_current()[0])
 

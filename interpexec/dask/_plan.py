@@ -11,7 +11,7 @@ module, so it loads only what a worker interpreter has loaded already
 
 from __future__ import annotations
 
-from .._compat import loads
+from .._transport import load_callable
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in worker interpreters
 if TYPE_CHECKING:
@@ -33,14 +33,14 @@ class Apply:
         # or by value through cloudpickle), not by plain pickle.  Plans are only
         # pickled in the main interpreter: importing _pickling here, not at the
         # top, keeps it (and pickle, weakref, typing) out of worker interpreters.
-        from .._pickling import dumps_callable
+        from .._pickling import encode_callable
 
-        return (load_apply, (dumps_callable(self.func), self.args, self.kwargs))
+        return (load_apply, (encode_callable(self.func), self.args, self.kwargs))
 
 
-def load_apply(blob: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Apply:
+def load_apply(fn: bytes | tuple[str, str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Apply:
     """Unpickle an :class:`Apply` (in the worker interpreter)."""
-    return Apply(loads(blob), args, kwargs)
+    return Apply(load_callable(fn), args, kwargs)
 
 
 class Build:
