@@ -68,6 +68,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "SIG_DFL",
+    "SIG_IGN",
     "VERSION",
     "ExecFailure",
     "InterpreterError",
@@ -99,6 +101,7 @@ __all__ = [
     "queue_put_nowait",
     "queue_release",
     "queue_take",
+    "raise_sigint",
     "reacquire",
     "register_atexit",
     "release_all",
@@ -387,6 +390,16 @@ def swap_sigint_handler(handler: Any) -> Any:
 
 def sigint_handler() -> Any:
     return _signal.getsignal(_signal.SIGINT)
+
+
+def raise_sigint() -> None:
+    _signal.raise_signal(_signal.SIGINT)
+
+
+#: The two handlers that are not functions, as ``_signal`` gives them (0 and 1;
+#: equal to :mod:`signal`'s enum members).
+SIG_DFL: int = _signal.SIG_DFL
+SIG_IGN: int = _signal.SIG_IGN
 
 
 #: ``signal.set_wakeup_fd(fd)`` without importing ``signal`` (and enum): from then

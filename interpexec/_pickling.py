@@ -18,7 +18,7 @@ import sys
 import types
 import weakref
 
-from ._compat import PicklingError, dumps
+from . import _compat
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -55,6 +55,12 @@ def encode_callable(fn: Any) -> Encoded:
             _FN_BLOBS[fn] = blob
         _last = (weakref.ref(fn), blob)
         return blob
+    if type(fn) is types.BuiltinFunctionType and type(fn.__self__) is types.ModuleType:
+        # A module's C function (abs, math.sqrt): no weak reference to cache it
+        # under, and looking its name up is as cheap as a cache.
+        ref = _reference(fn)
+        if ref is not None:
+            return ref
     return _pickle_callable(fn)[0]
 
 
@@ -71,12 +77,12 @@ def _pickle_callable(fn: Any) -> tuple[Encoded, bool]:
         if ref is not None:
             return ref, True
     try:
-        return dumps(fn, protocol=5), type(fn) is types.FunctionType
-    except (PicklingError, AttributeError, TypeError) as exc:
+        return _compat.dumps(fn, protocol=5), type(fn) is types.FunctionType
+    except (_compat.PicklingError, AttributeError, TypeError) as exc:
         return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})"), False
 
 
-def _reference(fn: types.FunctionType) -> tuple[str, str] | None:
+def _reference(fn: types.FunctionType | types.BuiltinFunctionType) -> tuple[str, str] | None:
     """``(module, qualname)`` when that names ``fn`` itself, as pickle checks
     before it pickles a function by reference; None to leave it to pickle
     (its module not imported, or the name bound to something else)."""
@@ -105,7 +111,7 @@ def _pickle_by_value(fn: Any, why: str) -> bytes:
         import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         name = getattr(fn, "__qualname__", None) or repr(fn)
-        raise PicklingError(
+        raise _compat.PicklingError(
             f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
             "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
         ) from None

@@ -10,9 +10,8 @@ where a second Ctrl-C must not abort stopping the pools.
 from __future__ import annotations
 
 import contextlib
-import signal
 
-from ._compat import is_main_thread, sigint_handler, swap_sigint_handler
+from ._compat import SIG_DFL, SIG_IGN, is_main_thread, raise_sigint, sigint_handler, swap_sigint_handler
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -51,8 +50,8 @@ class defer_sigint:
             return
         if callable(old):
             old(*caught)  # default_int_handler raises KeyboardInterrupt here
-        elif old == signal.SIG_DFL:
-            signal.raise_signal(signal.SIGINT)
+        elif old == SIG_DFL:
+            raise_sigint()
 
 
 #: What to enter instead of :class:`defer_sigint` where nothing is deferred.
@@ -63,10 +62,10 @@ def ignore_sigint() -> Any:
     """Ignore Ctrl-C from now on (main thread of the main interpreter only);
     returns the handler to give back to :func:`restore_sigint`, or None when
     nothing was changed."""
-    if not is_main_thread() or signal.getsignal(signal.SIGINT) is None:
+    if not is_main_thread() or sigint_handler() is None:
         return None
-    return signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return swap_sigint_handler(SIG_IGN)
 
 
 def restore_sigint(handler: Any) -> None:
-    signal.signal(signal.SIGINT, handler)
+    swap_sigint_handler(handler)

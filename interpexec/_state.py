@@ -27,7 +27,8 @@ import threading
 import time
 import weakref
 
-from ._compat import dumps, is_main_thread, reacquire, release_all, release_if_owned
+from . import _compat
+from ._compat import is_main_thread, reacquire, release_all, release_if_owned
 from ._pickling import encode_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
@@ -134,7 +135,7 @@ class PoolState:
         self.task_timeout = task_timeout
         self.interrupt_on_cancel = interrupt_on_cancel
         self.init_blob: bytes | None = (
-            None if initializer is None else dumps((encode_callable(initializer), tuple(initargs)), protocol=5)
+            None if initializer is None else _compat.dumps((encode_callable(initializer), tuple(initargs)), protocol=5)
         )
         self.sys_path = tuple(sys.path)
         self.main_path, self.main_name = _main_info()

@@ -61,3 +61,23 @@ def test_an_argument_rebuilt_by_a_reducer_comes_back_as_what_the_task_returned(p
     got = pool.submit(th.identity, blob).result(timeout=20)
     assert type(got) is bytes and got == blob.data  # not the caller's Blob
     assert pool.submit(th.kind_and_size, blob).result(timeout=20) == ("bytes", BIG)
+
+
+@pytest.mark.timeout(30)
+def test_functions_travel_by_a_name_only_when_it_names_them(pool):
+    """Plain functions and modules' C functions go by (module, qualname); one
+    whose name in its module now names something else must not run as that
+    other function: it goes the way pickle sends it (by value through
+    cloudpickle, which the test extra installs)."""
+    import math
+    import operator
+
+    assert pool.submit(th.identity, 5).result() == 5
+    assert pool.submit(abs, -3).result() == 3
+    assert list(pool.map(math.sqrt, [4.0, 9.0])) == [2.0, 3.0]
+    assert pool.submit(operator.add, 2, 3).result() == 5
+    assert th.first_shadowed is not th.shadowed and th.first_shadowed.__qualname__ == "shadowed"
+    assert pool.submit(th.first_shadowed).result() == "the function submitted"
+    assert pool.submit(th.shadowed).result() == "another function of the same name"
+    # A builtin bound to an object, not a module: pickled as before.
+    assert pool.submit([1, 2].__len__).result() == 2

@@ -24,3 +24,16 @@ def fresh_copy(x):
 
 def kind_and_size(x):
     return type(x).__name__, len(x)
+
+
+def shadowed():
+    return "the function submitted"
+
+
+#: The function above, after its module-level name was bound to another one:
+#: a worker looking ``shadowed`` up by name would run the wrong function.
+first_shadowed = shadowed
+
+
+def shadowed():  # (the second on purpose: see first_shadowed)
+    return "another function of the same name"
