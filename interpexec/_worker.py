@@ -33,12 +33,13 @@ from ._transport import Channel, ControlLayout
 
 #: The source every worker interpreter runs: constant; everything else arrives
 #: as data on the hand-off queue (its id and the parent's sys.path are bound as
-#: globals by ``_compat.run_string``).
+#: globals by ``_compat.run_string``).  It runs in the fresh interpreter's
+#: ``__main__`` and leaves no name there: a task's ``__main__`` function (even
+#: one called ``main``) must not be found in it, only in the caller's script,
+#: which the worker re-runs for it (``_worker_env.MainFixup``).
 BOOTSTRAP = """\
-import sys
-sys.path[:] = _ie_path
-from interpexec._worker_main import main
-main(_ie_handoff)
+__import__("sys").path[:] = globals().pop("_ie_path")
+__import__("interpexec._worker_main", fromlist=["main"]).main(globals().pop("_ie_handoff"))
 """
 
 

@@ -303,6 +303,36 @@ def test_functions_in_main_script_work_and_guard_is_respected(tmp_path):
     assert "[0, 3, 6, 9, 12] 9" in proc.stdout
 
 
+MAIN_NAMED_LIKE_THE_BOOTSTRAP = textwrap.dedent(
+    """
+    from interpexec import InterpreterPoolExecutor
+
+    def main(x):
+        return ("user main", x)
+
+    def sys(x):
+        return ("user sys", x)
+
+    if __name__ == "__main__":
+        with InterpreterPoolExecutor(1) as pool:
+            # First thing the worker runs: nothing of __main__ is loaded yet.
+            print(pool.submit(main, 1).result(timeout=20), pool.submit(sys, 2).result(timeout=20), flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_main_function_named_like_the_workers_own_code_is_the_users(tmp_path):
+    """A worker's ``__main__`` keeps no name of its start-up code: ``main`` of the
+    caller's script is the caller's ``main`` (it used to find the worker's own
+    entry point and call it with the argument as a queue id)."""
+    script = tmp_path / "prog.py"
+    script.write_text(MAIN_NAMED_LIKE_THE_BOOTSTRAP)
+    proc = run_script("", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "('user main', 1) ('user sys', 2)" in proc.stdout
+
+
 @pytest.mark.timeout(60)
 def test_function_typed_at_python_c_fails_clearly_without_cloudpickle():
     code = textwrap.dedent(
