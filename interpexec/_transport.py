@@ -221,13 +221,18 @@ def load_callable(ref: bytes | tuple[str, str]) -> Any:
     if not isinstance(ref, tuple):
         return _compat.loads(ref)
     module, qualname = ref
+    sys.audit("pickle.find_class", module, qualname)
     __import__(module)
     obj = found = sys.modules[module]
-    for part in qualname.split("."):
-        try:
+    try:
+        for part in qualname.split("."):
             obj = getattr(obj, part)
-        except AttributeError:
+    except AttributeError:  # (worded as pickle words it, per version)
+        if _compat.VERSION < (3, 14):
             raise AttributeError(f"Can't get attribute {qualname!r} on {found!r}") from None
+        if "." in qualname:
+            raise AttributeError(f"Can't resolve path {qualname!r} on module {module!r}") from None
+        raise
     return obj
 
 

@@ -81,3 +81,25 @@ def test_functions_travel_by_a_name_only_when_it_names_them(pool):
     assert pool.submit(th.shadowed).result() == "another function of the same name"
     # A builtin bound to an object, not a module: pickled as before.
     assert pool.submit([1, 2].__len__).result() == 2
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("where", ["module", "class"])
+def test_a_function_the_worker_cannot_find_fails_as_pickle_says(pool, where):
+    """A function found by its name in the caller but not in the worker (set in
+    the caller only) fails its call with the AttributeError pickle would raise,
+    word for word (the wording changed in 3.14)."""
+    import types
+
+    owner, qualname = (th, "only_in_caller") if where == "module" else (th.Holder, "Holder.only_in_caller")
+    fn = types.FunctionType(th.identity.__code__, th.__dict__, "only_in_caller")
+    fn.__qualname__, fn.__module__ = qualname, th.__name__
+    owner.only_in_caller = fn
+    try:
+        blob = pickle.dumps(fn)
+        error = pool.submit(fn, 1).exception(timeout=20)
+    finally:
+        delattr(owner, "only_in_caller")
+    with pytest.raises(AttributeError) as expected:
+        pickle.loads(blob)
+    assert type(error) is AttributeError and str(error) == str(expected.value)

@@ -37,3 +37,7 @@ first_shadowed = shadowed
 
 def shadowed():  # (the second on purpose: see first_shadowed)
     return "another function of the same name"
+
+
+class Holder:
+    """A class whose attributes a test sets in the caller only."""
