@@ -1,0 +1,13 @@
+"""Tasks for tests/test_wakeups.py (module level: workers import them by name)."""
+
+from __future__ import annotations
+
+
+def noop():
+    return None
+
+
+def rendezvous(started, release, index):
+    """Say it started, then hold its worker until released (or 20 s pass)."""
+    started.put(index)
+    return release.get(timeout=20)
