@@ -104,12 +104,15 @@ __all__ = [
     "raise_sigint",
     "reacquire",
     "register_atexit",
+    "register_atexit_unwrapped",
     "release_all",
     "release_if_owned",
+    "restore_unhandled_ctrl_c",
     "run_string",
     "set_async_exc",
     "set_signal_wakeup_fd",
     "sigint_handler",
+    "sigint_swapper",
     "start_thread",
     "swap_sigint_handler",
     "thread_count",
@@ -392,6 +395,30 @@ def sigint_handler() -> Any:
     return _signal.getsignal(_signal.SIGINT)
 
 
+def restore_unhandled_ctrl_c() -> None:
+    """Make CPython 3.13 still end the process as killed by SIGINT (status 130 in
+    a shell) after the main module ended on an unhandled KeyboardInterrupt.
+    3.13 clears its "unhandled KeyboardInterrupt" flag whenever any interpreter
+    starts running code (``run_eval_code_obj``; gh-128130, fixed in 3.14), so a
+    worker interpreter starting after the main module's Ctrl-C made the program
+    exit with status 1.  Running ``raise KeyboardInterrupt`` in the main
+    interpreter through the same path sets the flag again (a constant statement
+    run in this interpreter, not a message to another).  Main thread only, at
+    exit, once every worker has ended."""
+    if VERSION < (3, 14):
+        _interpreters.exec(main_interpreter_id(), "raise KeyboardInterrupt", {})
+
+
+def sigint_swapper() -> Any:
+    """``functools.partial(signal.signal, SIGINT)``: a C callable that installs a
+    SIGINT handler and returns the one it replaced, with no Python frame in
+    between (none where a KeyboardInterrupt could land).  Main interpreter only
+    (it imports functools)."""
+    import functools
+
+    return functools.partial(_signal.signal, _signal.SIGINT)
+
+
 def raise_sigint() -> None:
     _signal.raise_signal(_signal.SIGINT)
 
@@ -442,3 +469,14 @@ def register_atexit(fn: Any) -> None:
     import threading
 
     threading._register_atexit(fn)  # type: ignore[attr-defined]
+
+
+def register_atexit_unwrapped(fn: Any) -> None:
+    """:func:`register_atexit` for a C callable, called as it is: the public
+    registration wraps it in a Python lambda, whose first bytecode is a point
+    where a KeyboardInterrupt can land before ``fn`` runs."""
+    import threading
+
+    if threading._SHUTTING_DOWN:  # type: ignore[attr-defined]  # (what _register_atexit checks)
+        raise RuntimeError("can't register atexit after shutdown")
+    threading._threading_atexits.append(fn)  # type: ignore[attr-defined]

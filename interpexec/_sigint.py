@@ -4,14 +4,24 @@ A ``KeyboardInterrupt`` is raised between any two bytecodes of the main thread,
 including inside ``Thread.start()`` and between ``with lock:``'s ``__enter__`` and
 its block.  :class:`defer_sigint` holds SIGINT back over such a step and raises
 it afterwards; :func:`ignore_sigint` / :func:`restore_sigint` bracket the exit,
-where a second Ctrl-C must not abort stopping the pools.
+where a second Ctrl-C must not abort stopping the pools.  :func:`exit_guard`
+closes the gap before that: from the first instant of the exit's hooks, a
+Ctrl-C is only recorded until ``_stopping._python_exit`` decides what it means.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from ._compat import SIG_DFL, SIG_IGN, is_main_thread, raise_sigint, sigint_handler, swap_sigint_handler
+from ._compat import (
+    SIG_DFL,
+    SIG_IGN,
+    is_main_thread,
+    raise_sigint,
+    sigint_handler,
+    sigint_swapper,
+    swap_sigint_handler,
+)
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -56,6 +66,27 @@ class defer_sigint:
 
 #: What to enter instead of :class:`defer_sigint` where nothing is deferred.
 NOT_DEFERRED = contextlib.nullcontext()
+
+
+#: Ctrl-Cs recorded (signal number -> frame) while the exit guard is in place.
+exit_caught: dict[int, Any] = {}
+#: The handler that only records: a C method of a dict, so that no Python frame
+#: runs between a Ctrl-C and its record (a KeyboardInterrupt raised in the first
+#: bytecodes of the exit hook, before it could swap handlers itself, made CPython
+#: finalize while workers still ran inside their interpreters: an abort, or a
+#: segfault on 3.13.0).
+exit_recorder = exit_caught.__setitem__
+#: The handler the exit guard replaced (one item, once it ran).
+exit_before: list[Any] = []
+
+
+def exit_guard() -> Any:
+    """A C callable for the process's exit hooks (no Python frame: nothing a
+    Ctrl-C can cut short) that swaps :data:`exit_recorder` in as the SIGINT
+    handler and keeps the one it replaced in :data:`exit_before`."""
+    import functools
+
+    return functools.partial(exit_before.extend, map(sigint_swapper(), (exit_recorder,)))
 
 
 def ignore_sigint() -> Any:

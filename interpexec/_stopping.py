@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import sys
 import threading
@@ -31,6 +32,7 @@ from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -191,18 +193,30 @@ def _python_exit() -> None:
     ThreadPoolExecutor and ProcessPoolExecutor, queued work still runs and exit
     waits for it; except when the program ends on an unhandled Ctrl-C
     (KeyboardInterrupt): then work not started is cancelled and running tasks are
-    interrupted, so that the process ends promptly."""
+    interrupted, so that the process ends promptly.
+
+    A Ctrl-C must never cut this function short: CPython aborts ("Fatal Python
+    error") when it finalizes while a worker still runs inside its interpreter.
+    The exit guard (registered after this hook, so run just before it) has made
+    a Ctrl-C only recorded since before this function's first bytecode.  After
+    an unhandled Ctrl-C, Ctrl-Cs are then ignored until every pool has stopped;
+    otherwise the first Ctrl-C during the waits raises (interrupting them) and
+    turns the exit into an interrupted one, and the next ones are ignored.  Each
+    switch of handler is one C call (``_IGNORE``, ``_SWAP``), with no Python frame
+    where a KeyboardInterrupt could land before it takes effect; the waits run
+    inside ``try`` blocks that catch the one that may come in between."""
     global _exiting
     _exiting = True
-    interrupted = isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt)
+    before = _sigint.exit_before.pop() if _sigint.exit_before else None
+    interrupted = isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt) or bool(_sigint.exit_caught)
     pools = [p for p in list(LIVE_POOLS) if isinstance(p, Stopper)]
-    # A Ctrl-C must not cut these waits short: CPython aborts ("Fatal Python
-    # error") when it finalizes while a worker still runs inside its
-    # interpreter.  Once work is being cancelled and tasks interrupted (after an
-    # unhandled Ctrl-C, or the first one during these waits) further Ctrl-Cs are
-    # ignored until every pool has stopped (a handler swapped in at the first
-    # statement of an except clause could itself be cut short by the next one).
-    previous = _sigint.ignore_sigint() if interrupted else None
+    to_join = [p for p in pools if not p.forked]  # (computed while no Ctrl-C can raise)
+    previous = None  # the handler to give back at the end, once Ctrl-C is ignored
+    if before is None:  # no guard (interpexec was imported outside the main thread)
+        previous = _sigint.ignore_sigint() if interrupted else None
+    elif interrupted:
+        _IGNORE()  # (replaces the recorder: nothing can raise in between)
+        previous = before
     try:
         for pool in pools:
             # What a Ctrl-C left held by this (the main) thread, which now holds
@@ -211,35 +225,62 @@ def _python_exit() -> None:
             # waits for one of them, and releasing the pool's own takes it.)
             pool.release_future_locks()
             pool.release_leaked_locks()
-        for pool in pools:
-            while True:
-                try:
-                    pool.shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
-                    break
-                except KeyboardInterrupt:
-                    if previous is None:
-                        previous = _sigint.ignore_sigint()
-                    interrupted = True
+        remaining = list(pools)  # (a pool leaves once its shutdown returned)
+        while True:
+            try:
+                if previous is None and before is not None:
+                    # A normal exit: from here a Ctrl-C interrupts the waits (and
+                    # is handled below), unless one came already.
+                    _SWAP(before)
+                    before = None
+                    if _sigint.exit_caught:
+                        raise KeyboardInterrupt
+                while remaining:
+                    remaining[0].shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
+                    del remaining[0]
+                break
+            except KeyboardInterrupt:
+                if previous is None:
+                    previous = _IGNORE()
+                interrupted = True
+                for pool in pools:
                     pool.release_leaked_locks()
         # A retired worker still runs inside its interpreter (a call stuck in C,
         # or threads a task left), and CPython cannot finalize while one does:
         # exit waits for those, as it would for a worker process.
-        for pool in pools:
-            while not pool.forked:
-                try:
-                    pool.join(include_retired=True)
-                    break
-                except KeyboardInterrupt:
-                    if previous is None:
-                        previous = _sigint.ignore_sigint()
+        remaining = to_join
+        while True:
+            try:
+                while remaining:
+                    remaining[0].join(include_retired=True)
+                    del remaining[0]
+                break
+            except KeyboardInterrupt:
+                if previous is None:
+                    previous = _IGNORE()
+                for pool in pools:
                     pool.release_leaked_locks()
                     pool.interrupt_running()
     finally:
+        _sigint.exit_caught.clear()
+        if pools and isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt):
+            _compat.restore_unhandled_ctrl_c()  # (3.13: a worker start cleared it)
+        # Last: from here a Ctrl-C may raise again (every pool has stopped).
         if previous is not None:
             _sigint.restore_sigint(previous)
+        elif before is not None:  # (the guard's recorder was never undone)
+            _SWAP(before)
 
 
 _compat.register_atexit(_python_exit)
+if _compat.is_main_thread() and _compat.sigint_handler() is not None:  # (where the exit hooks will run)
+    # Registered after _python_exit: threading runs its exit hooks last first.
+    _compat.register_atexit_unwrapped(_sigint.exit_guard())
+    _SWAP: Callable[[Any], Any] = _compat.sigint_swapper()  # SWAP(handler) -> the one it replaced, in C
+    _IGNORE: Callable[[], Any] = functools.partial(_SWAP, _compat.SIG_IGN)
+else:  # (no guard: before stays None, and the old way is taken)
+    _SWAP = _compat.swap_sigint_handler
+    _IGNORE = _sigint.ignore_sigint
 
 
 #: How long os.fork() waits for running tasks to finish before forking anyway.

@@ -154,6 +154,113 @@ def test_ctrl_c_storm_during_exit_never_aborts_the_process(tmp_path):
         _assert_ended_on_ctrl_c(proc)
 
 
+# A Ctrl-C at a chosen bytecode of the exit hook itself (raised from a
+# sys.monitoring callback, so it is handled right there): at its very first one
+# (before it could swap handlers: this aborted the process, "Fatal Python error:
+# Py_EndInterpreter: not the last thread", or crashed 3.13.0), or at every one.
+# The program either ends normally with work still queued (the Ctrl-C then
+# cancels it) or on its own Ctrl-C.
+CTRL_C_IN_EXIT_HOOK_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor, _stopping
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        wfd, where, ending = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+        pool = InterpreterPoolExecutor(2)
+        for i in range(40):
+            pool.submit(fh.busy_then_value, 0.05, i).add_done_callback(
+                lambda f: os.write(wfd, b"d") if not f.cancelled() else None
+            )
+        TOOL = sys.monitoring.DEBUGGER_ID
+        E = sys.monitoring.events
+        sys.monitoring.use_tool_id(TOOL, "ctrl-c in the exit hook")
+        sys.monitoring.register_callback(TOOL, E.PY_START, lambda code, offset: signal.raise_signal(signal.SIGINT))
+        sys.monitoring.register_callback(TOOL, E.INSTRUCTION, lambda code, offset: signal.raise_signal(signal.SIGINT))
+        events = E.PY_START | (E.INSTRUCTION if where == "every" else 0)
+        sys.monitoring.set_local_events(TOOL, _stopping._python_exit.__code__, events)
+        os.write(wfd, b"s")
+        if ending == "ctrl-c":
+            raise KeyboardInterrupt
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ending", ["normal", "ctrl-c"])
+@pytest.mark.parametrize("where", ["first", "every"])
+def test_a_ctrl_c_at_any_bytecode_of_the_exit_hook_never_aborts(tmp_path, where, ending):
+    script = tmp_path / "ctrl_c_in_exit_hook.py"
+    script.write_text(CTRL_C_IN_EXIT_HOOK_SCRIPT.format(root=ROOT))
+    rfd, wfd = os.pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(wfd), where, ending],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            pass_fds=(wfd,),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        os.close(wfd)
+        wfd = -1
+        written = b""
+        while chunk := os.read(rfd, 1024):
+            written += chunk
+    finally:
+        os.close(rfd)
+        if wfd >= 0:
+            os.close(wfd)
+    assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
+    # A normal end stays one (as when a Ctrl-C interrupts any exit hook); an
+    # unhandled Ctrl-C ends the process by SIGINT, as it does any Python program.
+    expected = -signal.SIGINT if ending == "ctrl-c" else 0
+    assert proc.returncode == expected, (proc.returncode, proc.stderr[-2000:])
+    assert written.startswith(b"s")
+    # The Ctrl-C made the exit an interrupted one: the queued calls were cancelled
+    # (40 x 50 ms on 2 workers would take a second).
+    assert written.count(b"d") < 40
+    if ending == "ctrl-c":
+        _assert_ended_on_ctrl_c(proc)
+
+
+# A program that ends on an unhandled Ctrl-C dies of SIGINT (status 130 in a
+# shell), as every Python program does, so that a shell loop or a make stops.
+# On 3.13 a worker interpreter starting after the Ctrl-C (here: still starting
+# when it comes) cleared CPython's record of it (gh-128130): exit status 1.
+CTRL_C_STATUS_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor
+    from tests import fault_helpers as fh
+    if __name__ == "__main__":
+        pool = InterpreterPoolExecutor(2)
+        futures = [pool.submit(fh.busy_then_value, 0.05, i) for i in range(8)]
+        if sys.argv[1] == "after-a-result":
+            futures[0].result()
+        raise KeyboardInterrupt
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["at-once", "after-a-result"])
+def test_a_program_ended_by_ctrl_c_dies_of_sigint_like_any_python_program(tmp_path, when):
+    script = tmp_path / "ctrl_c_status.py"
+    script.write_text(CTRL_C_STATUS_SCRIPT.format(root=ROOT))
+    proc = subprocess.run(
+        [sys.executable, str(script), when],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, proc.stderr[-2000:])
+    assert "KeyboardInterrupt" in proc.stderr and "Fatal Python error" not in proc.stderr
+
+
 LEAKED_LOCK_SCRIPT = textwrap.dedent(
     """
     import os, sys
