@@ -25,17 +25,19 @@ def _assert_ended_on_ctrl_c(proc):
     assert "KeyboardInterrupt" in proc.stderr
 
 
-def _run_with_pipe(script, how):
-    """Run ``script WFD HOW``; return the process and every byte it wrote to WFD
+def _run_with_pipe(script, *args):
+    """Run ``script WFD *ARGS`` (with SIGINT's default disposition, whatever this
+    process does with it); return the process and every byte it wrote to WFD
     (its tasks' done-callbacks write there, up to the very end of the process)."""
     rfd, wfd = os.pipe()
     try:
         proc = subprocess.run(
-            [sys.executable, str(script), str(wfd), how],
+            [sys.executable, str(script), str(wfd), *args],
             capture_output=True,
             text=True,
             timeout=50,
             pass_fds=(wfd,),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         os.close(wfd)
         wfd = -1
@@ -193,25 +195,7 @@ CTRL_C_IN_EXIT_HOOK_SCRIPT = textwrap.dedent(
 def test_a_ctrl_c_at_any_bytecode_of_the_exit_hook_never_aborts(tmp_path, where, ending):
     script = tmp_path / "ctrl_c_in_exit_hook.py"
     script.write_text(CTRL_C_IN_EXIT_HOOK_SCRIPT.format(root=ROOT))
-    rfd, wfd = os.pipe()
-    try:
-        proc = subprocess.run(
-            [sys.executable, str(script), str(wfd), where, ending],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            pass_fds=(wfd,),
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        os.close(wfd)
-        wfd = -1
-        written = b""
-        while chunk := os.read(rfd, 1024):
-            written += chunk
-    finally:
-        os.close(rfd)
-        if wfd >= 0:
-            os.close(wfd)
+    proc, written = _run_with_pipe(script, where, ending)
     assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
     # A normal end stays one (as when a Ctrl-C interrupts any exit hook); an
     # unhandled Ctrl-C ends the process by SIGINT, as it does any Python program.
