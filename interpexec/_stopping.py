@@ -7,6 +7,9 @@
 * At exit, every pool is shut down as the standard executors are (queued work
   runs, exit waits); after an unhandled Ctrl-C (KeyboardInterrupt), pending work
   is cancelled and running tasks are interrupted, so the program ends promptly.
+  A C-level guard run just before the exit hook records Ctrl-Cs from the exit's
+  first instant, so that none can cut the hook short (CPython aborts if it
+  finalizes while a worker still runs inside its interpreter).
 * Around ``os.fork()`` every worker leaves its interpreter (CPython's child
   aborts if any subinterpreter exists at fork time); the child marks inherited
   pools broken.
