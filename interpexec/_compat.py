@@ -47,6 +47,7 @@ get_ident = _thread.get_ident
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from _pickle import PickleBuffer, PicklingError, dumps, loads
+    from types import CodeType
     from typing import Any, Literal
 
 #: The C pickle module's names, imported on first use (:func:`__getattr__`): a
@@ -107,7 +108,6 @@ __all__ = [
     "register_atexit_unwrapped",
     "release_all",
     "release_if_owned",
-    "restore_unhandled_ctrl_c",
     "run_string",
     "set_async_exc",
     "set_signal_wakeup_fd",
@@ -189,12 +189,18 @@ class ExecFailure:
         self.traceback = traceback
 
 
-def run_string(interp_id: int, source: str, shared: dict[str, Any] | None = None) -> ExecFailure | None:
-    """Run ``source`` in the interpreter's ``__main__`` in the calling thread.
+def run_string(interp_id: int, source: str | CodeType, shared: dict[str, Any] | None = None) -> ExecFailure | None:
+    """Run ``source`` (text, or a code object compiled in the caller) in the
+    interpreter's ``__main__`` in the calling thread.
 
     ``shared`` binds shareable values (such as a memoryview) as globals of that
     ``__main__`` first.  Blocks until the code finishes.  Returns None on success,
     or a description of the exception that escaped.
+
+    Code that runs while the program may be ending should be passed compiled:
+    on 3.13 text goes through ``run_eval_code_obj``, which clears CPython's
+    record of the main module's unhandled KeyboardInterrupt (gh-128130, fixed in
+    3.14), and the program then exits with status 1 instead of dying of SIGINT.
     """
     excinfo = _interpreters.exec(interp_id, source, shared or {})
     if excinfo is None:
@@ -393,20 +399,6 @@ def swap_sigint_handler(handler: Any) -> Any:
 
 def sigint_handler() -> Any:
     return _signal.getsignal(_signal.SIGINT)
-
-
-def restore_unhandled_ctrl_c() -> None:
-    """Make CPython 3.13 still end the process as killed by SIGINT (status 130 in
-    a shell) after the main module ended on an unhandled KeyboardInterrupt.
-    3.13 clears its "unhandled KeyboardInterrupt" flag whenever any interpreter
-    starts running code (``run_eval_code_obj``; gh-128130, fixed in 3.14), so a
-    worker interpreter starting after the main module's Ctrl-C made the program
-    exit with status 1.  Running ``raise KeyboardInterrupt`` in the main
-    interpreter through the same path sets the flag again (a constant statement
-    run in this interpreter, not a message to another).  Main thread only, at
-    exit, once every worker has ended."""
-    if VERSION < (3, 14):
-        _interpreters.exec(main_interpreter_id(), "raise KeyboardInterrupt", {})
 
 
 def sigint_swapper() -> Any:

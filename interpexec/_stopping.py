@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
 import functools
 import os
@@ -185,13 +186,26 @@ class Stopper(Waiting):
 
 # ---------------------------------------------------------------- process-wide
 _exiting = False
+_exit_done = False  # _python_exit ran to its end: every pool has stopped
 
 
 def exiting() -> bool:
     return _exiting
 
 
-def _python_exit() -> None:
+def _ended_on_ctrl_c() -> bool:
+    """Whether the program ends on an unhandled KeyboardInterrupt: the exception
+    CPython printed last (``sys.last_exc``) is one, and it unwound the outermost
+    frame.  One printed and handled earlier (by ``code.InteractiveInterpreter``,
+    a debugger, a REPL's prompt) is not the end of the program."""
+    exc = getattr(sys, "last_exc", None)
+    if not isinstance(exc, KeyboardInterrupt) or hasattr(sys, "ps1"):  # (ps1: interactive)
+        return False
+    tb = exc.__traceback__
+    return tb is None or tb.tb_frame.f_back is None
+
+
+def _python_exit(abnormal: bool = False) -> None:
     """At interpreter exit, before threads are joined: stop every pool.  As with
     ThreadPoolExecutor and ProcessPoolExecutor, queued work still runs and exit
     waits for it; except when the program ends on an unhandled Ctrl-C
@@ -208,10 +222,13 @@ def _python_exit() -> None:
     switch of handler is one C call (``_IGNORE``, ``_SWAP``), with no Python frame
     where a KeyboardInterrupt could land before it takes effect; the waits run
     inside ``try`` blocks that catch the one that may come in between."""
-    global _exiting
+    global _exiting, _exit_done
     _exiting = True
-    before = _sigint.exit_before.pop() if _sigint.exit_before else None
-    interrupted = isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt) or bool(_sigint.exit_caught)
+    # (The first handler saved is the program's own: a second guard may have saved
+    # the first one's recorder after it.)
+    before = _sigint.exit_before[0] if _sigint.exit_before else None
+    _sigint.exit_before.clear()
+    interrupted = abnormal or _ended_on_ctrl_c() or bool(_sigint.exit_caught)
     pools = [p for p in list(LIVE_POOLS) if isinstance(p, Stopper)]
     to_join = [p for p in pools if not p.forked]  # (computed while no Ctrl-C can raise)
     previous = None  # the handler to give back at the end, once Ctrl-C is ignored
@@ -242,7 +259,7 @@ def _python_exit() -> None:
                     remaining[0].shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
                     del remaining[0]
                 break
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, SystemExit):  # (SystemExit: from a user's SIGINT handler)
                 if previous is None:
                     previous = _IGNORE()
                 interrupted = True
@@ -258,16 +275,15 @@ def _python_exit() -> None:
                     remaining[0].join(include_retired=True)
                     del remaining[0]
                 break
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, SystemExit):
                 if previous is None:
                     previous = _IGNORE()
                 for pool in pools:
                     pool.release_leaked_locks()
                     pool.interrupt_running()
+        _exit_done = True
     finally:
         _sigint.exit_caught.clear()
-        if pools and isinstance(getattr(sys, "last_exc", None), KeyboardInterrupt):
-            _compat.restore_unhandled_ctrl_c()  # (3.13: a worker start cleared it)
         # Last: from here a Ctrl-C may raise again (every pool has stopped).
         if previous is not None:
             _sigint.restore_sigint(previous)
@@ -275,10 +291,27 @@ def _python_exit() -> None:
             _SWAP(before)
 
 
+def _python_exit_again() -> None:
+    """The second line of defence, among the ``atexit`` callbacks (which CPython
+    runs after the threading exit hooks, before it finalizes interpreters): if
+    _python_exit did not run to its end (a Ctrl-C in ``threading._shutdown``'s own
+    first bytecodes, or another library's exit hook that raised, ends that loop
+    before it), stop every pool now, as after a Ctrl-C: queued work is cancelled
+    and running tasks interrupted.  The atexit guard, called just before this
+    (from C, with no Python frame), records Ctrl-Cs meanwhile."""
+    if not _exit_done:
+        _python_exit(abnormal=True)
+    elif _sigint.exit_before:  # (stopped already: give the handler back)
+        _SWAP(_sigint.exit_before[0])
+        _sigint.exit_before.clear()
+
+
 _compat.register_atexit(_python_exit)
 if _compat.is_main_thread() and _compat.sigint_handler() is not None:  # (where the exit hooks will run)
-    # Registered after _python_exit: threading runs its exit hooks last first.
+    # Each guard is registered after the hook it protects: both lists run last first.
     _compat.register_atexit_unwrapped(_sigint.exit_guard())
+    atexit.register(_python_exit_again)
+    atexit.register(_sigint.exit_guard())
     _SWAP: Callable[[Any], Any] = _compat.sigint_swapper()  # SWAP(handler) -> the one it replaced, in C
     _IGNORE: Callable[[], Any] = functools.partial(_SWAP, _compat.SIG_IGN)
 else:  # (no guard: before stays None, and the old way is taken)

@@ -245,6 +245,79 @@ def test_a_program_ended_by_ctrl_c_dies_of_sigint_like_any_python_program(tmp_pa
     assert "KeyboardInterrupt" in proc.stderr and "Fatal Python error" not in proc.stderr
 
 
+# Exits that go wrong around interpexec's exit hook (each a reproducer of the
+# review of the exit guard): a Ctrl-C before any threading exit hook ran, or in
+# another library's hook (the loop over them ends there, skipping interpexec's:
+# a second hook among the atexit callbacks stops the pools then); a Ctrl-C
+# printed and handled earlier (not the end of the program); a SIGINT handler of
+# the program's that raises SystemExit during the exit's wait.
+EXIT_CASES_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor, _stopping
+    from tests import fault_helpers as fh
+
+    def ctrl_c_at_start_of(code):
+        tool = sys.monitoring.DEBUGGER_ID
+        sys.monitoring.use_tool_id(tool, "ctrl-c at a function's start")
+        sys.monitoring.register_callback(
+            tool, sys.monitoring.events.PY_START, lambda code, offset: signal.raise_signal(signal.SIGINT)
+        )
+        sys.monitoring.set_local_events(tool, code, sys.monitoring.events.PY_START)
+
+    if __name__ == "__main__":
+        wfd, case = int(sys.argv[1]), sys.argv[2]
+        pool = InterpreterPoolExecutor(2)
+        for i in range(40):  # (each future says how it ended: done, cancelled, failed)
+            pool.submit(fh.busy_then_value, 0.05, i).add_done_callback(
+                lambda f: os.write(wfd, b"c" if f.cancelled() else b"x" if f.exception() else b"d")
+            )
+        if case == "ctrl-c-in-threading-shutdown":
+            import threading
+            ctrl_c_at_start_of(threading._shutdown.__code__)
+        elif case == "ctrl-c-in-another-exit-hook":
+            import concurrent.futures.thread as cft  # (registers its exit hook after interpexec's)
+            cft.ThreadPoolExecutor(1).submit(int).result()
+            ctrl_c_at_start_of(cft._python_exit.__code__)
+        elif case.startswith("handled-ctrl-c"):
+            import code
+            code.InteractiveInterpreter().runsource("raise KeyboardInterrupt")  # printed, handled
+            if case == "handled-ctrl-c-then-exit-3":
+                sys.exit(3)
+        elif case == "handler-raises-systemexit":
+            def handler(signum, frame):
+                raise SystemExit(5)
+            signal.signal(signal.SIGINT, handler)
+            ctrl_c_at_start_of(_stopping.Stopper.join.__code__)  # (the exit's wait)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("case", "status", "all_done"),
+    [
+        ("ctrl-c-in-threading-shutdown", 0, False),
+        ("ctrl-c-in-another-exit-hook", 0, False),
+        ("handled-ctrl-c-then-normal-end", 0, True),
+        ("handled-ctrl-c-then-exit-3", 3, True),
+        ("handler-raises-systemexit", 0, False),
+    ],
+)
+def test_exits_that_go_wrong_around_the_exit_hook_still_stop_every_pool(tmp_path, case, status, all_done):
+    script = tmp_path / "exit_cases.py"
+    script.write_text(EXIT_CASES_SCRIPT.format(root=ROOT))
+    proc, done = _run_with_pipe(script, case)
+    assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == status, (proc.returncode, proc.stderr[-2000:])
+    assert len(done) == 40, done  # every future resolved: the pool was stopped, not dropped
+    if all_done:  # a normal exit: queued work still runs, and exit waits for it
+        assert done == b"d" * 40
+    else:  # an interrupted one: queued work is cancelled (40 x 50 ms would take 1 s)
+        assert b"c" in done
+
+
 LEAKED_LOCK_SCRIPT = textwrap.dedent(
     """
     import os, sys
