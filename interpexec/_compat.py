@@ -146,7 +146,24 @@ def _mitigate_crashes() -> None:
         # in the main interpreter first makes the main interpreter own those
         # types, as 3.14 does at start-up.
         import _datetime  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+
+        _fill_ctypes_field_table()
     _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
+
+
+def _fill_ctypes_field_table() -> None:
+    """ctypes (3.13.0; later 3.13 releases lock it): the first simple ctypes type
+    created in the process fills a process-wide table of field descriptors
+    (``_ctypes_get_fielddesc``) after setting its "initialized" flag, without a
+    lock, so two interpreters importing ctypes at once (tasks importing ctypes
+    or uuid, or two workers' watchdogs interrupting tasks at the same moment)
+    read a half-filled table: SIGSEGV in ctypes/__init__.py ("class
+    py_object"), 1 process in 60 with four workers importing it together.  One
+    simple type created here fills it first (importing _ctypes costs 0.4 ms,
+    in the main interpreter only)."""
+    import _ctypes  # type: ignore[import-not-found,unused-ignore]
+
+    type("_FieldTableFilled", (_ctypes._SimpleCData,), {"_type_": "O"})
 
 
 #: Interpreters are created and destroyed one at a time in the process: CPython
