@@ -228,7 +228,7 @@ def _python_exit(abnormal: bool = False) -> None:
     # the first one's recorder after it.)
     before = _sigint.exit_before[0] if _sigint.exit_before else None
     _sigint.exit_before.clear()
-    interrupted = abnormal or _ended_on_ctrl_c() or bool(_sigint.exit_caught)
+    interrupted = abnormal or _ended_on_ctrl_c()
     pools = [p for p in list(LIVE_POOLS) if isinstance(p, Stopper)]
     to_join = [p for p in pools if not p.forked]  # (computed while no Ctrl-C can raise)
     previous = None  # the handler to give back at the end, once Ctrl-C is ignored
@@ -250,11 +250,18 @@ def _python_exit(abnormal: bool = False) -> None:
             try:
                 if previous is None and before is not None:
                     # A normal exit: from here a Ctrl-C interrupts the waits (and
-                    # is handled below), unless one came already.
-                    _SWAP(before)
+                    # is handled below).  One recorded meanwhile goes to the
+                    # program's handler now, as if it came just after this.
+                    handler = before
+                    _SWAP(handler)
                     before = None
                     if _sigint.exit_caught:
-                        raise KeyboardInterrupt
+                        caught = _sigint.exit_caught.popitem()
+                        _sigint.exit_caught.clear()
+                        if callable(handler):
+                            handler(*caught)  # (the default one raises KeyboardInterrupt)
+                        elif handler == _compat.SIG_DFL:
+                            raise KeyboardInterrupt  # (rather than end the process mid-exit)
                 while remaining:
                     remaining[0].shutdown(wait=True, cancel_futures=interrupted, interrupt_running=interrupted)
                     del remaining[0]

@@ -250,7 +250,8 @@ def test_a_program_ended_by_ctrl_c_dies_of_sigint_like_any_python_program(tmp_pa
 # another library's hook (the loop over them ends there, skipping interpexec's:
 # a second hook among the atexit callbacks stops the pools then); a Ctrl-C
 # printed and handled earlier (not the end of the program); a SIGINT handler of
-# the program's that raises SystemExit during the exit's wait.
+# the program's that raises SystemExit during the exit's wait; a Ctrl-C the
+# program ignores, arriving as the exit hook starts (recorded, then dropped).
 EXIT_CASES_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
@@ -285,6 +286,9 @@ EXIT_CASES_SCRIPT = textwrap.dedent(
             code.InteractiveInterpreter().runsource("raise KeyboardInterrupt")  # printed, handled
             if case == "handled-ctrl-c-then-exit-3":
                 sys.exit(3)
+        elif case == "program-ignores-ctrl-c":  # (as under nohup)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            ctrl_c_at_start_of(_stopping._python_exit.__code__)
         elif case == "handler-raises-systemexit":
             def handler(signum, frame):
                 raise SystemExit(5)
@@ -303,6 +307,7 @@ EXIT_CASES_SCRIPT = textwrap.dedent(
         ("handled-ctrl-c-then-normal-end", 0, True),
         ("handled-ctrl-c-then-exit-3", 3, True),
         ("handler-raises-systemexit", 0, False),
+        ("program-ignores-ctrl-c", 0, True),
     ],
 )
 def test_exits_that_go_wrong_around_the_exit_hook_still_stop_every_pool(tmp_path, case, status, all_done):
