@@ -160,9 +160,11 @@ def _fill_ctypes_field_table() -> None:
     read a half-filled table: SIGSEGV in ctypes/__init__.py ("class
     py_object"), 1 process in 60 with four workers importing it together.  One
     simple type created here fills it first (importing _ctypes costs 0.4 ms,
-    in the main interpreter only)."""
-    import _ctypes  # type: ignore[import-not-found,unused-ignore]
-
+    in the main interpreter only).  A Python without ctypes has no race."""
+    try:
+        import _ctypes  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return
     type("_FieldTableFilled", (_ctypes._SimpleCData,), {"_type_": "O"})
 
 

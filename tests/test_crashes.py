@@ -109,3 +109,25 @@ def test_workers_importing_ctypes_at_once_do_not_crash(tmp_path):
         assert proc.returncode == 0 and proc.stdout.strip() == "ok 1", (
             f"run {run + 1} of 20: exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr[-2000:]}"
         )
+
+
+@pytest.mark.timeout(60)
+def test_a_python_without_ctypes_still_runs_pools(tmp_path):
+    """The ctypes mitigation is skipped where ctypes cannot be imported (a build
+    without libffi): pools must work all the same."""
+    script = tmp_path / "no_ctypes.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            sys.modules["_ctypes"] = None  # (import _ctypes now fails, as without libffi)
+            from interpexec import InterpreterPoolExecutor
+            if __name__ == "__main__":
+                with InterpreterPoolExecutor(2) as ex:
+                    print(list(ex.map(abs, [0, -1, -2, -3])))
+            """
+        )
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50, env=env, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[0, 1, 2, 3]", proc.stderr[-2000:]
