@@ -76,7 +76,8 @@ exit_caught: dict[int, Any] = {}
 #: finalize while workers still ran inside their interpreters: an abort, or a
 #: segfault on 3.13.0).
 exit_recorder = exit_caught.__setitem__
-#: The handler the exit guard replaced (one item, once it ran).
+#: The handlers the exit guards replaced, in order: the first is the program's
+#: own (the atexit guard, running second, may find the first one's recorder).
 exit_before: list[Any] = []
 
 

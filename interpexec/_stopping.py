@@ -314,10 +314,10 @@ def _python_exit_again() -> None:
 
 
 _compat.register_atexit(_python_exit)
+atexit.register(_python_exit_again)
 if _compat.is_main_thread() and _compat.sigint_handler() is not None:  # (where the exit hooks will run)
     # Each guard is registered after the hook it protects: both lists run last first.
     _compat.register_atexit_unwrapped(_sigint.exit_guard())
-    atexit.register(_python_exit_again)
     atexit.register(_sigint.exit_guard())
     _SWAP: Callable[[Any], Any] = _compat.sigint_swapper()  # SWAP(handler) -> the one it replaced, in C
     _IGNORE: Callable[[], Any] = functools.partial(_SWAP, _compat.SIG_IGN)
