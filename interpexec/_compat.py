@@ -146,21 +146,22 @@ def _mitigate_crashes() -> None:
         # in the main interpreter first makes the main interpreter own those
         # types, as 3.14 does at start-up.
         import _datetime  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
-
-        _fill_ctypes_field_table()
+    _fill_ctypes_field_table()
     _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
 
 
 def _fill_ctypes_field_table() -> None:
-    """ctypes (3.13.0; later 3.13 releases lock it): the first simple ctypes type
-    created in the process fills a process-wide table of field descriptors
-    (``_ctypes_get_fielddesc``) after setting its "initialized" flag, without a
-    lock, so two interpreters importing ctypes at once (tasks importing ctypes
-    or uuid, or two workers' watchdogs interrupting tasks at the same moment)
-    read a half-filled table: SIGSEGV in ctypes/__init__.py ("class
-    py_object"), 1 process in 60 with four workers importing it together.  One
-    simple type created here fills it first (importing _ctypes costs 0.4 ms,
-    in the main interpreter only).  A Python without ctypes has no race."""
+    """ctypes: the first simple ctypes type created in the process fills a
+    process-wide table of field descriptors (``_ctypes_get_fielddesc``) after
+    setting its "initialized" flag, without a lock, so interpreters importing
+    ctypes at once (tasks importing ctypes or uuid, or two workers' watchdogs
+    interrupting tasks at the same moment) read a half-filled table: SIGSEGV in
+    ctypes/__init__.py, or "class must define a '_type_' attribute" for a
+    supported type.  Seen here on 3.13.0 (1 process in 60 with four workers
+    importing it together) and 3.14.10 (1 in 400, and a SIGSEGV in CI); not
+    seen on 3.13.18 or 3.15, done everywhere all the same.  One simple type
+    created here fills the table first (importing _ctypes costs 0.4 ms, in the
+    main interpreter only).  A Python without ctypes has no race."""
     try:
         import _ctypes  # type: ignore[import-not-found,unused-ignore]
     except ImportError:

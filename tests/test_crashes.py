@@ -6,14 +6,15 @@ crashes without the mitigation, in fresh processes, often enough to have seen it
 | gh-136421, gh-136423    | 3.13    | workers importing datetime (email.utils,    | the main interpreter imports  |
 |                         |         | tomllib, ...) for the first time at once,   | _datetime before the first    |
 |                         |         | then the pool shuts down                    | worker interpreter exists     |
-| (none found; cfield.c)  | 3.13.0  | workers importing ctypes for the first time | the main interpreter creates  |
-|                         |         | in the process at once (or their watchdogs  | one simple ctypes type first  |
+| (none found; cfield.c)  | 3.13.0, | workers importing ctypes for the first time | the main interpreter creates  |
+|                         | 3.14    | in the process at once (or their watchdogs  | one simple ctypes type first  |
 |                         |         | interrupting tasks, which imports it)       |                               |
 
 Without the mitigation, 14 of 20 runs of the first pattern crashed (SIGABRT,
 "double free or corruption") on CPython 3.13.0 here; the test runs it 12 times.
-The ctypes pattern crashed (SIGSEGV) 1 process in 60 on 3.13.0 (never on 3.13.18,
-3.14, 3.15); with the mitigation 0 in 100.  Its test runs 20 fresh processes: a
+The ctypes pattern crashed (SIGSEGV) 1 process in 60 on 3.13.0 and failed 1 in 400
+on 3.14.10 ("class must define a '_type_' attribute"; a SIGSEGV in CI); with the
+mitigation 0 in 100 and 0 in 400.  Its test runs 20 fresh processes: a
 guard against losing the mitigation, not proof of it.
 """
 
