@@ -146,7 +146,8 @@ def _mitigate_crashes() -> None:
         # in the main interpreter first makes the main interpreter own those
         # types, as 3.14 does at start-up.
         import _datetime  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
-    _fill_ctypes_field_table()
+
+        _fill_ctypes_field_table()
     _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
 
 
@@ -157,11 +158,12 @@ def _fill_ctypes_field_table() -> None:
     ctypes at once (tasks importing ctypes or uuid, or two workers' watchdogs
     interrupting tasks at the same moment) read a half-filled table: SIGSEGV in
     ctypes/__init__.py, or "class must define a '_type_' attribute" for a
-    supported type.  Seen here on 3.13.0 (1 process in 60 with four workers
-    importing it together) and 3.14.10 (1 in 400, and a SIGSEGV in CI); not
-    seen on 3.13.18 or 3.15, done everywhere all the same.  One simple type
-    created here fills the table first (importing _ctypes costs 0.4 ms, in the
-    main interpreter only).  A Python without ctypes has no race."""
+    supported type.  On 3.13.0: 1 process in 60 with four workers importing it
+    together; with one simple type created here first, 0 in 100 (importing
+    _ctypes costs 0.4 ms, in the main interpreter only).  3.14.10 fails the
+    same way (1 process in 400 here, 2 in 40 under CI load) and this does not
+    cure it there: not applied, not mitigated yet (docs/extensions.md).  A
+    Python without ctypes has no race."""
     try:
         import _ctypes  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
