@@ -86,6 +86,7 @@ __all__ = [
     "deque",
     "destroy_interpreter",
     "dumps",
+    "ended_on_unhandled_ctrl_c",
     "get_ident",
     "is_main_thread",
     "loads",
@@ -219,12 +220,14 @@ def run_string(interp_id: int, source: str | CodeType, shared: dict[str, Any] | 
     ``__main__`` first.  Blocks until the code finishes.  Returns None on success,
     or a description of the exception that escaped.
 
-    Code that runs while the program may be ending should be passed compiled:
-    on 3.13 text goes through ``run_eval_code_obj``, which clears CPython's
-    record of the main module's unhandled KeyboardInterrupt (gh-128130, fixed in
-    3.14), and the program then exits with status 1 instead of dying of SIGINT.
+    Text is compiled here first: on 3.13 text goes through
+    ``run_eval_code_obj``, which clears CPython's record of the main module's
+    unhandled KeyboardInterrupt (gh-128130, fixed in 3.14), so a worker starting
+    after the program's Ctrl-C made it exit with status 1 instead of dying of
+    SIGINT; a code object runs through ``PyEval_EvalCode``.
     """
-    excinfo = _interpreters.exec(interp_id, source, shared or {})
+    code = compile(source, "<interpexec>", "exec") if isinstance(source, str) else source
+    excinfo = _interpreters.exec(interp_id, code, shared or {})
     if excinfo is None:
         return None
     tp = getattr(excinfo, "type", None)
@@ -421,6 +424,18 @@ def swap_sigint_handler(handler: Any) -> Any:
 
 def sigint_handler() -> Any:
     return _signal.getsignal(_signal.SIGINT)
+
+
+def ended_on_unhandled_ctrl_c() -> bool:
+    """Whether the program ends on an unhandled KeyboardInterrupt: the exception
+    CPython printed last (``sys.last_exc``) is one, and it unwound the outermost
+    frame.  One printed and handled earlier (by ``code.InteractiveInterpreter``,
+    a debugger, a REPL's prompt) is not the end of the program."""
+    exc = getattr(sys, "last_exc", None)
+    if not isinstance(exc, KeyboardInterrupt) or hasattr(sys, "ps1"):  # (ps1: interactive)
+        return False
+    tb = exc.__traceback__
+    return tb is None or tb.tb_frame.f_back is None
 
 
 def sigint_swapper() -> Any:

@@ -193,18 +193,6 @@ def exiting() -> bool:
     return _exiting
 
 
-def _ended_on_ctrl_c() -> bool:
-    """Whether the program ends on an unhandled KeyboardInterrupt: the exception
-    CPython printed last (``sys.last_exc``) is one, and it unwound the outermost
-    frame.  One printed and handled earlier (by ``code.InteractiveInterpreter``,
-    a debugger, a REPL's prompt) is not the end of the program."""
-    exc = getattr(sys, "last_exc", None)
-    if not isinstance(exc, KeyboardInterrupt) or hasattr(sys, "ps1"):  # (ps1: interactive)
-        return False
-    tb = exc.__traceback__
-    return tb is None or tb.tb_frame.f_back is None
-
-
 def _python_exit(abnormal: bool = False) -> None:
     """At interpreter exit, before threads are joined: stop every pool.  As with
     ThreadPoolExecutor and ProcessPoolExecutor, queued work still runs and exit
@@ -228,7 +216,7 @@ def _python_exit(abnormal: bool = False) -> None:
     # the first one's recorder after it.)
     before = _sigint.exit_before[0] if _sigint.exit_before else None
     _sigint.exit_before.clear()
-    interrupted = abnormal or _ended_on_ctrl_c()
+    interrupted = abnormal or _compat.ended_on_unhandled_ctrl_c()
     pools = [p for p in list(LIVE_POOLS) if isinstance(p, Stopper)]
     to_join = [p for p in pools if not p.forked]  # (computed while no Ctrl-C can raise)
     previous = None  # the handler to give back at the end, once Ctrl-C is ignored
@@ -301,8 +289,8 @@ def _python_exit(abnormal: bool = False) -> None:
 def _python_exit_again() -> None:
     """The second line of defence, among the ``atexit`` callbacks (which CPython
     runs after the threading exit hooks, before it finalizes interpreters): if
-    _python_exit did not run to its end (a Ctrl-C in ``threading._shutdown``'s own
-    first bytecodes, or another library's exit hook that raised, ends that loop
+    _python_exit did not run to its end (a Ctrl-C in threading's own exit code
+    before its hooks, or another library's exit hook that raised, ends that loop
     before it), stop every pool now, as after a Ctrl-C: queued work is cancelled
     and running tasks interrupted.  The atexit guard, called just before this
     (from C, with no Python frame), records Ctrl-Cs meanwhile."""

@@ -37,14 +37,10 @@ from ._transport import Channel, ControlLayout
 #: ``__main__`` and leaves no name there: a task's ``__main__`` function (even
 #: one called ``main``) must not be found in it, only in the caller's script,
 #: which the worker re-runs for it (``_worker_env.MainFixup``).
-#: Passed compiled (see ``_compat.run_string``: a worker may start after the
-#: main module's unhandled Ctrl-C, and must not make 3.13 forget it).
-BOOTSTRAP = compile(
-    '__import__("sys").path[:] = globals().pop("_ie_path")\n'
-    '__import__("interpexec._worker_main", fromlist=["main"]).main(globals().pop("_ie_handoff"))\n',
-    "<interpexec worker>",
-    "exec",
-)
+BOOTSTRAP = """\
+__import__("sys").path[:] = globals().pop("_ie_path")
+__import__("interpexec._worker_main", fromlist=["main"]).main(globals().pop("_ie_handoff"))
+"""
 
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
