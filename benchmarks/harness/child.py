@@ -124,6 +124,11 @@ class Child:
         self.cfg = cfg
         self.make = executor_factory(kind)
         self.ex: Executor | None = None
+        # Memory "before the pool existed": taken again right before the pool is
+        # made (step_cold_start_s), after the steps that run fresh processes of
+        # their own (their subprocess/json imports are the harness's, not the
+        # pool's), as the bare floor's "before" is taken right before its
+        # interpreters are made.
         self.baseline = tree_memory_kib(os.getpid())
 
     def executor(self) -> Executor:
@@ -175,6 +180,7 @@ class Child:
 
     def step_cold_start_s(self) -> tuple[float, Record]:
         n = self.cfg.workers
+        self.baseline = tree_memory_kib(os.getpid())
         t0 = time.perf_counter()
         self.ex = ex = self.make(n)
         futures = [ex.submit(workloads.whoami) for _ in range(n)]
