@@ -28,27 +28,35 @@ from __future__ import annotations
 import _interpqueues
 import _interpreters
 import _queue
-import _signal  # type: ignore[import-not-found,unused-ignore]
 import _thread
 import sys
-from _collections import deque  # type: ignore[import-not-found,unused-ignore]
-from _operator import itemgetter as _itemgetter  # type: ignore[import-not-found,unused-ignore]
-from itertools import repeat as _repeat
+
+TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
+if TYPE_CHECKING:
+    from _pickle import PickleBuffer, PicklingError, dumps, loads
+    from collections import deque
+    from types import CodeType
+    from typing import Any, Literal
+
+_IN_MAIN_INTERPRETER: bool = _thread._is_main_interpreter()  # type: ignore[attr-defined]
 
 # Low-level names the rest of the package uses through here: the C modules behind
-# pickle, collections, queue and threading, which a worker imports without paying
-# for the pure-Python wrappers.
+# pickle, queue and threading, which a worker imports without paying for the
+# pure-Python wrappers.
 QueueEmpty = _queue.Empty
 QueueNotFoundError = _interpqueues.QueueNotFoundError
 allocate_lock = _thread.allocate_lock
 RLock = _thread.RLock
 get_ident = _thread.get_ident
 
-TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
-if TYPE_CHECKING:
-    from _pickle import PickleBuffer, PicklingError, dumps, loads
-    from types import CodeType
-    from typing import Any, Literal
+# What only the main interpreter's side uses (signals, queue_take) is bound at
+# the end of this module in the main interpreter only (_bind_main_side): a
+# worker does not load those C modules (itertools alone costs a subinterpreter
+# 60 KiB, the three 100 KiB).  In a worker they load on first use of one of
+# _MAIN_SIDE_NAMES (__getattr__); the functions using them are main-side only.
+_signal: Any = None
+_first: Any = None
+_repeat: Any = None
 
 #: The C pickle module's names, imported on first use (:func:`__getattr__`): a
 #: worker whose calls and results all cross natively (functions go by reference,
@@ -57,15 +65,41 @@ if TYPE_CHECKING:
 _PICKLE_NAMES = ("PickleBuffer", "PicklingError", "dumps", "loads")
 
 
+#: Names bound at import in the main interpreter only (see above), and on first
+#: use in a worker.
+_MAIN_SIDE_NAMES = ("SIG_DFL", "SIG_IGN", "set_signal_wakeup_fd")
+
+
 def __getattr__(name: str) -> Any:
+    names = globals()
     if name in _PICKLE_NAMES:
         import _pickle
 
-        names = globals()
         for each in _PICKLE_NAMES:
             names[each] = getattr(_pickle, each)
         return names[name]
+    if name in _MAIN_SIDE_NAMES:
+        _bind_main_side(names)
+        return names[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _bind_main_side(names: dict[str, Any]) -> None:
+    import _signal  # type: ignore[import-not-found,unused-ignore]
+    from _operator import itemgetter  # type: ignore[import-not-found,unused-ignore]
+    from itertools import repeat
+
+    names.update(_signal=_signal, _repeat=repeat, _first=itemgetter(0))
+    #: The two handlers that are not functions, as ``_signal`` gives them (0 and
+    #: 1; equal to :mod:`signal`'s enum members).
+    names["SIG_DFL"] = _signal.SIG_DFL
+    names["SIG_IGN"] = _signal.SIG_IGN
+    #: ``signal.set_wakeup_fd(fd)`` without importing ``signal`` (and enum): from
+    #: then on every signal Python handles writes a byte to ``fd``; returns the
+    #: descriptor installed before (-1 for none).  Main thread of the main
+    #: interpreter only.  The C function itself, so that ``map`` can call it with
+    #: no Python frame (no point where a KeyboardInterrupt could cut off its result).
+    names["set_signal_wakeup_fd"] = _signal.set_wakeup_fd
 
 
 __all__ = [
@@ -83,7 +117,6 @@ __all__ = [
     "allocate_lock",
     "create_interpreter",
     "current_interpreter_id",
-    "deque",
     "destroy_interpreter",
     "dumps",
     "ended_on_unhandled_ctrl_c",
@@ -265,9 +298,6 @@ def queue_put(qid: int, obj: Any) -> None:
     QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)
 
 
-_first = _itemgetter(0)
-
-
 def queue_get(qid: int, default: Any = None) -> Any:
     """Return the next item of the queue, or ``default`` when it is empty.
 
@@ -407,9 +437,6 @@ def wrap_thread_starts(wrap: Any) -> None:
         threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
 
 
-_IN_MAIN_INTERPRETER: bool = _thread._is_main_interpreter()  # type: ignore[attr-defined]
-
-
 def is_main_thread() -> bool:
     """True in the main thread of the main interpreter: the one thread Python
     runs signal handlers in (so the one a Ctrl-C must wake)."""
@@ -452,18 +479,11 @@ def raise_sigint() -> None:
     _signal.raise_signal(_signal.SIGINT)
 
 
-#: The two handlers that are not functions, as ``_signal`` gives them (0 and 1;
-#: equal to :mod:`signal`'s enum members).
-SIG_DFL: int = _signal.SIG_DFL
-SIG_IGN: int = _signal.SIG_IGN
-
-
-#: ``signal.set_wakeup_fd(fd)`` without importing ``signal`` (and enum): from then
-#: on every signal Python handles writes a byte to ``fd``; returns the descriptor
-#: installed before (-1 for none).  Main thread of the main interpreter only.
-#: The C function itself, so that ``map`` can call it with no Python frame (no
-#: point where a KeyboardInterrupt could cut off its result).
-set_signal_wakeup_fd = _signal.set_wakeup_fd
+SIG_DFL: int
+SIG_IGN: int
+set_signal_wakeup_fd: Any
+if _IN_MAIN_INTERPRETER:
+    _bind_main_side(globals())
 
 
 def release_all(lock: Any) -> Any:

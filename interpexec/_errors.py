@@ -1,6 +1,7 @@
 """Exceptions that cross from workers to the caller, and how they are packed.
 
-Imported inside worker interpreters, so it stays light (no concurrent.futures).
+A worker imports it only when something must be packed (a task or its
+initializer failed), so it stays light (no concurrent.futures).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from . import _compat
+from ._protocol import UNREPORTABLE, Interrupted
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -21,16 +23,6 @@ __all__ = [
     "pack_exception",
     "unpack_exception",
 ]
-
-
-class Interrupted(BaseException):
-    """Raised inside a running task, by its worker's watchdog, to stop it
-    (deadline passed or interrupt()).
-
-    A BaseException, so ``except Exception`` in user code does not swallow it;
-    ``finally`` blocks and context managers run as usual.  The packing code
-    below, which catches everything a user's ``__str__`` or ``__reduce__`` may
-    raise, lets it through: the worker reports the task as stopped."""
 
 
 class RemoteTraceback(Exception):
@@ -250,7 +242,7 @@ def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
     except Interrupted:
         raise
     except BaseException:  # last resort, e.g. no memory for the strings
-        return (None, "Exception", "", "", None, None)
+        return UNREPORTABLE
     return (None, name, f"<the exception could not be reported: {why} while packing it>", "", None, None)
 
 

@@ -31,6 +31,11 @@ Channels and their messages::
       (INTERRUPT, INIT_TID)   stop the initializer if it runs
       (CMD_STOP,)             the watchdog ends (sent by the worker itself)
 
+Beside the messages, the one exception that is part of the worker side's
+vocabulary: :class:`Interrupted`, which the watchdog raises in a task to stop
+it and which the loop, and the code that packs a task's exception, let
+through (here, not in ``_errors``: a worker loads that only when a task fails).
+
 This module is imported inside every worker: it imports nothing.
 """
 
@@ -39,6 +44,18 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from typing import Any
+
+
+class Interrupted(BaseException):
+    """Raised inside a running task, by its worker's watchdog, to stop it
+    (deadline passed or interrupt()).
+
+    A BaseException, so ``except Exception`` in user code does not swallow it;
+    ``finally`` blocks and context managers run as usual.  The code that packs
+    a task's exception (``_errors``), which catches everything a user's
+    ``__str__`` or ``__reduce__`` may raise, lets it through: the worker reports
+    the task as stopped."""
+
 
 # task kinds
 CALL = 0
@@ -51,6 +68,11 @@ ERR = 1
 EVENT = 2
 TIMEOUT = 3
 STOPPED = 4
+
+#: An ERR's packed exception when nothing of it could be packed (no memory even
+#: for its type name): (pickle, type name, message, traceback, cause, name), see
+#: ``_errors.pack_exception``.
+UNREPORTABLE = (None, "Exception", "<the exception could not be reported>", "", None, None)
 
 # events (data in brackets)
 EV_STARTED = 0  # ready to take tasks, after the initializer [interpreter id]

@@ -26,6 +26,8 @@ This module is imported inside workers; it stays light.
 
 from __future__ import annotations
 
+import sys
+
 from . import _compat
 
 TYPE_CHECKING = False
@@ -77,7 +79,10 @@ def share(obj: Any, *, writable: bool = False) -> Shared:
 # In a worker: id(view) -> (view, buffer it was built on) for the views lent to
 # the task running now, so that returning one does not copy it back.
 _lent: dict[int, tuple[memoryview, Any]] = {}
-_in_worker = False
+#: Whether this interpreter is an interpexec worker: one runs the worker loop,
+#: which never imports this module itself (a worker loads it with the first
+#: buffer lent to a task, or a pool made where none may be).
+_in_worker = __package__ + "._worker_main" in sys.modules
 
 
 def _lend(buffer: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:

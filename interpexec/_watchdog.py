@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import time
 
-from . import _compat, _shared
+from . import _compat
 from ._compat import RLock, get_ident
-from ._errors import Interrupted
-from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, STOPPED, TIMEOUT
+from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, STOPPED, TIMEOUT, Interrupted
 from ._transport import NSLOTS, Channel
 from ._wakeup import MAX_POLL_MS, notify
 
@@ -43,6 +43,9 @@ TYPE_CHECKING = False  # typing is not imported: this module loads in every work
 if TYPE_CHECKING:
     from typing import Any
 
+
+_modules = sys.modules
+_SHARED = __package__ + "._shared"
 
 #: Seconds after which an Interrupted that did not stop its task is raised again,
 #: doubling each time up to REFIRE_MAX.
@@ -97,8 +100,6 @@ def interrupted_report(state: TaskState, tid: int) -> tuple[Any, ...]:
 
 
 def _unraisable(exc: BaseException, message: str) -> None:
-    import sys
-
     hook = getattr(sys, "unraisablehook", None)
     if hook is not None:
         hook(_UnraisableArgs(exc, message))
@@ -134,8 +135,9 @@ def finish_task(state: TaskState) -> None:
         lock.release()
     if fired:
         _compat.set_async_exc(state.thread_id, None)  # cancel one still pending
-    if _shared._lent:
-        _shared._lent.clear()
+    shared = _modules.get(_SHARED)  # (loaded only once a task was lent a buffer)
+    if shared is not None and shared._lent:
+        shared._lent.clear()
 
 
 class Watchdog:

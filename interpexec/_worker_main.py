@@ -20,8 +20,7 @@ import select
 import sys
 import time
 
-from . import _compat, _shared, _wakeup
-from ._errors import Interrupted, pack_exception, pack_unreportable
+from . import _compat, _wakeup
 from ._protocol import (
     CALL,
     ERR,
@@ -40,6 +39,8 @@ from ._protocol import (
     OK,
     STOP,
     STOPPED,
+    UNREPORTABLE,
+    Interrupted,
     WorkerSettings,
 )
 from ._transport import (
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+_SHARED = __package__ + "._shared"
 _FN_CACHE_MAX = 1024
 #: Idle checks (each yielding the CPU) a worker makes before it sleeps.  Only
 #: while the pool has no more workers than CPUs: beyond that, spinning workers
@@ -94,8 +96,9 @@ def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) 
         for index, arg in enumerate(args):
             if arg is value:
                 return (SAME_ARG, index)
-    if tp is memoryview and _shared._lent and len(payload) == 3:
-        buffer = _shared.lent_buffer(value)
+    shared = sys.modules.get(_SHARED) if tp is memoryview else None  # (loaded once a buffer is lent)
+    if shared is not None and shared._lent and len(payload) == 3:
+        buffer = shared.lent_buffer(value)
         if buffer is not None:
             for index, crossed in enumerate(payload[2]):
                 if crossed is buffer:
@@ -105,13 +108,36 @@ def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) 
 
 def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
     """An ERR message for ``exc``, whatever its ``__str__``/``__reduce__`` do
-    (raise SystemExit, run out of memory): reporting never ends the worker."""
+    (raise SystemExit, run out of memory): reporting never ends the worker.
+    (``_errors`` loads with the first failure: most workers never need it.)"""
     try:
+        from ._errors import pack_exception
+
         return (tid, ERR, pack_exception(exc))
     except Interrupted:  # the watchdog stopping the task: the caller reports it stopped
         raise
     except BaseException as failure:  # any failure here is reported instead
-        return (tid, ERR, pack_unreportable(exc, failure))
+        try:
+            from ._errors import pack_unreportable
+
+            return (tid, ERR, pack_unreportable(exc, failure))
+        except Interrupted:
+            raise
+        except BaseException:  # _errors cannot load (the task broke imports; no memory)
+            return (tid, ERR, _bare_report(exc))
+
+
+def _bare_report(exc: BaseException) -> tuple[Any, ...]:
+    """What is said of ``exc`` when ``_errors`` cannot load: its type's name and
+    its message, as text (see ``_errors.pack_exception`` for the fields)."""
+    try:
+        tp = type(exc)
+        name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+        return (None, name, str(exc), "", None, None)
+    except Interrupted:
+        raise
+    except BaseException:  # (a __str__ that raises; no memory)
+        return UNREPORTABLE
 
 
 def _watch_swallowed_interrupts(state: TaskState, watchdog: Watchdog) -> None:
@@ -135,7 +161,6 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     # The watchdog needs this interpreter's GIL to stop a task that holds it; by
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
     sys.setswitchinterval(0.0005)
-    _shared._in_worker = True
     results = Channel.from_spec(settings.results)
     ctl = control.cast("q")
     layout = ControlLayout(settings.slots)

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 import interpexec
-from tests import helpers
+from tests import helpers, import_helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -197,3 +197,39 @@ def test_workers_import_pickle_only_for_a_value_that_needs_it():
         assert list(pool.map(helpers.loaded_flags, [names] * 3)) == [(False, False)] * 3
         assert pool.submit(helpers.identity, {"a": {1, 2}}).result() == {"a": {1, 2}}  # a dict: pickled
         assert pool.submit(helpers.loaded_flags, names).result()[0] is True
+
+
+#: Loaded by the main interpreter's side of interpexec only (signals, taking
+#: results, error unpacking, lent buffers): a worker that needs none of it does
+#: not pay for it (itertools alone costs a subinterpreter 60 KiB).
+MAIN_SIDE = ("interpexec._errors", "interpexec._shared", "_signal", "itertools", "_operator", "_collections")
+
+
+@pytest.mark.timeout(60)
+def test_workers_load_error_reporting_and_main_side_modules_only_when_needed():
+    with interpexec.InterpreterPoolExecutor(1) as pool:
+        for _ in range(3):
+            assert pool.submit(import_helpers.loaded, MAIN_SIDE).result() == (False,) * len(MAIN_SIDE)
+        error = pool.submit(import_helpers.fail, "reported").exception()
+        assert type(error) is ValueError and error.args == ("reported",)
+        assert "Traceback" in str(error.__cause__) and "import_helpers.py" in str(error.__cause__)
+        assert pool.submit(import_helpers.loaded, MAIN_SIDE).result()[0] is True  # the first failure loaded it
+        # A lent buffer loads _shared, and it comes back as the very buffer.
+        data = bytearray(b"lent")
+        view = pool.submit(helpers.identity, interpexec.share(data, writable=True)).result()
+        view[0] = ord("L")
+        assert data == b"Lent"
+        assert pool.submit(import_helpers.loaded, ("interpexec._shared",)).result() == (True,)
+
+
+@pytest.mark.timeout(60)
+def test_a_failure_is_reported_even_where_error_reporting_cannot_load():
+    """The task broke imports before it raised: its type and message still come
+    back (as a RemoteError, there being no pickle of it), and the worker goes on."""
+    with interpexec.InterpreterPoolExecutor(1) as pool:
+        error = pool.submit(import_helpers.fail_where_error_reporting_cannot_load, "still said").exception()
+        assert isinstance(error, interpexec.RemoteError)
+        assert (error.type_name, error.message) == ("ValueError", "still said")
+        assert pool.submit(helpers.identity, 7).result() == 7
+        error = pool.submit(import_helpers.fail, "again").exception()
+        assert isinstance(error, interpexec.RemoteError) and error.message == "again"
