@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from types import CodeType
     from typing import Any, Literal
 
-_IN_MAIN_INTERPRETER: bool = _thread._is_main_interpreter()  # type: ignore[attr-defined]
-
 # Low-level names the rest of the package uses through here: the C modules behind
 # pickle, queue and threading, which a worker imports without paying for the
 # pure-Python wrappers.
@@ -49,11 +47,12 @@ allocate_lock = _thread.allocate_lock
 RLock = _thread.RLock
 get_ident = _thread.get_ident
 
-# What only the main interpreter's side uses (signals, queue_take) is bound at
-# the end of this module in the main interpreter only (_bind_main_side): a
-# worker does not load those C modules (itertools alone costs a subinterpreter
-# 60 KiB, the three 100 KiB).  In a worker they load on first use of one of
-# _MAIN_SIDE_NAMES (__getattr__); the functions using them are main-side only.
+# What only the pool's side uses (signals, queue_take) is bound at the end of
+# this module (_bind_main_side) in every interpreter but an interpexec worker
+# (one that runs the worker loop, imported before this module): a worker does
+# not load those C modules (itertools alone costs a subinterpreter 60 KiB, the
+# three 100 KiB).  There they load on first use of one of _MAIN_SIDE_NAMES
+# (__getattr__); the functions using them are the pool's side only.
 _signal: Any = None
 _first: Any = None
 _repeat: Any = None
@@ -65,8 +64,7 @@ _repeat: Any = None
 _PICKLE_NAMES = ("PickleBuffer", "PicklingError", "dumps", "loads")
 
 
-#: Names bound at import in the main interpreter only (see above), and on first
-#: use in a worker.
+#: Names bound at import except in a worker (see above), and there on first use.
 _MAIN_SIDE_NAMES = ("SIG_DFL", "SIG_IGN", "set_signal_wakeup_fd")
 
 
@@ -437,6 +435,9 @@ def wrap_thread_starts(wrap: Any) -> None:
         threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
 
 
+_IN_MAIN_INTERPRETER: bool = _thread._is_main_interpreter()  # type: ignore[attr-defined]
+
+
 def is_main_thread() -> bool:
     """True in the main thread of the main interpreter: the one thread Python
     runs signal handlers in (so the one a Ctrl-C must wake)."""
@@ -482,7 +483,7 @@ def raise_sigint() -> None:
 SIG_DFL: int
 SIG_IGN: int
 set_signal_wakeup_fd: Any
-if _IN_MAIN_INTERPRETER:
+if __package__ + "._worker_main" not in sys.modules:
     _bind_main_side(globals())
 
 
