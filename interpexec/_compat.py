@@ -48,11 +48,11 @@ RLock = _thread.RLock
 get_ident = _thread.get_ident
 
 # What only the pool's side uses (signals, queue_take) is bound at the end of
-# this module (_bind_main_side) in every interpreter but an interpexec worker
-# (one that runs the worker loop, imported before this module): a worker does
-# not load those C modules (itertools alone costs a subinterpreter 60 KiB, the
-# three 100 KiB).  There they load on first use of one of _MAIN_SIDE_NAMES
-# (__getattr__); the functions using them are the pool's side only.
+# this module (_bind_main_side) in the main interpreter and in any other that
+# has not imported the worker loop first: a worker does not load those C modules
+# (itertools alone costs a subinterpreter 60 KiB, the three 100 KiB).  There
+# they load on first use of one of _MAIN_SIDE_NAMES (__getattr__) or of
+# queue_take; the signal functions are main-thread only.
 _signal: Any = None
 _first: Any = None
 _repeat: Any = None
@@ -322,6 +322,8 @@ def queue_take(qid: int, n: int, into: deque[Any]) -> None:
     """Append the next ``n`` items of the queue (it holds ``n``) to ``into``, in one
     C-level loop: no Python code runs between taking an item and storing it, so a
     Ctrl-C cannot land in between and lose it."""
+    if _first is None:  # (an interpreter that imported the worker loop first)
+        _bind_main_side(globals())
     into.extend(map(_first, map(_interpqueues.get, _repeat(qid, n))))
 
 
@@ -483,7 +485,7 @@ def raise_sigint() -> None:
 SIG_DFL: int
 SIG_IGN: int
 set_signal_wakeup_fd: Any
-if __package__ + "._worker_main" not in sys.modules:
+if _IN_MAIN_INTERPRETER or __package__ + "._worker_main" not in sys.modules:
     _bind_main_side(globals())
 
 

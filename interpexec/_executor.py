@@ -106,7 +106,7 @@ class InterpreterPoolExecutor(Executor):
         forward_logs: bool = True,
         interrupt_on_cancel: bool = False,
     ) -> None:
-        if _shared._in_worker:
+        if _shared.in_worker():
             raise RuntimeError(
                 "an InterpreterPoolExecutor cannot be created inside an interpexec worker: create pools in the "
                 'main program only (guard module-level pools with `if __name__ == "__main__":`)'

@@ -74,6 +74,21 @@ STOPPED = 4
 #: ``_errors.pack_exception``.
 UNREPORTABLE = (None, "Exception", "<the exception could not be reported>", "", None, None)
 
+
+def bare_report(exc: BaseException) -> tuple[Any, ...]:
+    """``exc`` packed as text only, its type's name and its message: what a
+    worker sends when ``_errors`` (the full packing) cannot load (the task broke
+    imports, no descriptor or memory is left).  Never raises but Interrupted."""
+    try:
+        tp = type(exc)
+        name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+        return (None, name, str(exc), "", None, None)
+    except Interrupted:
+        raise
+    except BaseException:  # (a __str__ that raises; no memory)
+        return UNREPORTABLE
+
+
 # events (data in brackets)
 EV_STARTED = 0  # ready to take tasks, after the initializer [interpreter id]
 EV_INIT_FAILED = 1  # the initializer raised or timed out [packed exception]

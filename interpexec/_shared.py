@@ -79,16 +79,21 @@ def share(obj: Any, *, writable: bool = False) -> Shared:
 # In a worker: id(view) -> (view, buffer it was built on) for the views lent to
 # the task running now, so that returning one does not copy it back.
 _lent: dict[int, tuple[memoryview, Any]] = {}
-#: Whether this interpreter is an interpexec worker: one runs the worker loop,
-#: which never imports this module itself (a worker loads it with the first
-#: buffer lent to a task, or a pool made where none may be).
-_in_worker = __package__ + "._worker_main" in sys.modules
+_LOOP = __package__ + "._worker_main"
+
+
+def in_worker() -> bool:
+    """Whether this interpreter is an interpexec worker: its loop is running
+    (``_worker_main.serving``; the loop does not import this module, which a
+    worker loads with the first buffer lent to a task)."""
+    loop = sys.modules.get(_LOOP)
+    return loop is not None and bool(getattr(loop, "serving", False))
 
 
 def _lend(buffer: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
     """In a worker: the view a task receives for a lent buffer."""
     view = relend(buffer, fmt, shape)
-    if _in_worker:
+    if in_worker():
         _lent[id(view)] = (view, buffer)
     return view
 

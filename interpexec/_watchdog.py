@@ -35,7 +35,7 @@ import time
 
 from . import _compat
 from ._compat import RLock, get_ident
-from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, STOPPED, TIMEOUT, Interrupted
+from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, STOPPED, TIMEOUT, Interrupted, bare_report
 from ._transport import NSLOTS, Channel
 from ._wakeup import MAX_POLL_MS, notify
 
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 
 _modules = sys.modules
 _SHARED = __package__ + "._shared"
+
+#: Unexpected failures in a row after which a watchdog gives up (each is reported).
+_MAX_FAILURES = 100
 
 #: Seconds after which an Interrupted that did not stop its task is raised again,
 #: doubling each time up to REFIRE_MAX.
@@ -100,9 +103,18 @@ def interrupted_report(state: TaskState, tid: int) -> tuple[Any, ...]:
 
 
 def _unraisable(exc: BaseException, message: str) -> None:
-    hook = getattr(sys, "unraisablehook", None)
-    if hook is not None:
-        hook(_UnraisableArgs(exc, message))
+    """Report ``exc`` through ``sys.unraisablehook``; never raises (the
+    watchdog must live on).  CPython's own hook accepts only its own argument
+    type, which Python code cannot make: what a hook refuses goes to stderr."""
+    try:
+        sys.unraisablehook(_UnraisableArgs(exc, message))  # type: ignore[arg-type]
+        return
+    except BaseException:  # (CPython's hook: TypeError; a user's hook that raises)
+        pass
+    try:
+        sys.stderr.write(f"{message}: {type(exc).__qualname__}: {exc}\n")
+    except BaseException:  # (no stderr, a __str__ that raises): nothing more to do
+        pass
 
 
 class _UnraisableArgs:
@@ -191,11 +203,15 @@ class Watchdog:
     def _timed_out(self, st: TaskState) -> None:
         """The running task passed its deadline: fail its future now, even if it
         is stuck in a C call, and have the pool replace this worker at once."""
-        from ._errors import pack_exception
-
         if st.tid == INIT_TID:
             exc = TimeoutError(f"the initializer ran longer than the pool's task_timeout of {st.timeout} s")
-            self.results.put((-1, EVENT, self.index, EV_INIT_FAILED, pack_exception(exc)))
+            try:
+                from ._errors import pack_exception  # (a worker loads it when first needed)
+
+                packed = pack_exception(exc)
+            except Exception:  # it cannot load (no descriptor left, imports broken): as text
+                packed = bare_report(exc)
+            self.results.put((-1, EVENT, self.index, EV_INIT_FAILED, packed))
             return
         st.retired = True
         st.timed_out = st.tid
@@ -203,51 +219,62 @@ class Watchdog:
         self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
 
     def _run(self) -> None:
-        st, commands = self.state, self.commands
         poller = select.poll()
-        poller.register(commands.rfd, select.POLLIN)
+        poller.register(self.commands.rfd, select.POLLIN)
+        failures = 0
         while True:
-            with st.lock:
-                now = time.monotonic()
-                if st.tid and not st.fired and st.deadline:
-                    wait: float | None = max(0.0, st.deadline - now)
-                elif st.tid and st.fired:
-                    until = st.refire_at
-                    if st.swallowed:
-                        until = min(until, st.last_fire + REFIRE_FIRST)
-                    if not st.stuck_reported and not st.retired:
-                        until = min(until, st.fired_at + self.grace)
-                    wait = max(0.0, until - now)
-                else:
-                    wait = None
-            if poller.poll(None if wait is None else min(MAX_POLL_MS, max(1, int(wait * 1000 + 0.999)))):
-                os.read(commands.rfd, 4096)
-            for cmd in commands.drain():
-                if cmd[0] == CMD_STOP:
+            try:
+                if self._step(poller):
                     return
-                target = cmd[1]
-                if target:
-                    with st.lock:
-                        # (A task not running yet is skipped by the loop itself:
-                        # TaskState.begin reads the pool's "interrupted" marks.)
-                        if st.tid == target and not st.fired:
-                            self._fire(time.monotonic())
-            with st.lock:
-                now = time.monotonic()
-                if st.tid and not st.fired and st.deadline and now >= st.deadline:
-                    # The TIMEOUT first: the Interrupted may surface (and its
-                    # STOPPED be reported) as soon as it is raised.
+                failures = 0
+            except BaseException as exc:  # the watchdog must live on: say so, go on
+                failures += 1
+                _unraisable(exc, "interpexec: a worker's watchdog failed (it goes on)")
+                if failures >= _MAX_FAILURES:  # (the same failure each time: give up)
+                    _unraisable(exc, "interpexec: a worker's watchdog stopped after repeated failures")
+                    return
+
+    def _step(self, poller: Any) -> bool:
+        """Wait for the next command or deadline and act on it; True to stop."""
+        st, commands = self.state, self.commands
+        with st.lock:
+            now = time.monotonic()
+            if st.tid and not st.fired and st.deadline:
+                wait: float | None = max(0.0, st.deadline - now)
+            elif st.tid and st.fired:
+                until = st.refire_at
+                if st.swallowed:
+                    until = min(until, st.last_fire + REFIRE_FIRST)
+                if not st.stuck_reported and not st.retired:
+                    until = min(until, st.fired_at + self.grace)
+                wait = max(0.0, until - now)
+            else:
+                wait = None
+        if poller.poll(None if wait is None else min(MAX_POLL_MS, max(1, int(wait * 1000 + 0.999)))):
+            os.read(commands.rfd, 4096)
+        for cmd in commands.drain():
+            if cmd[0] == CMD_STOP:
+                return True
+            target = cmd[1]
+            if target:
+                with st.lock:
+                    # (A task not running yet is skipped by the loop itself:
+                    # TaskState.begin reads the pool's "interrupted" marks.)
+                    if st.tid == target and not st.fired:
+                        self._fire(time.monotonic())
+        with st.lock:
+            now = time.monotonic()
+            if st.tid and not st.fired and st.deadline and now >= st.deadline:
+                # The TIMEOUT first: the Interrupted may surface (and its
+                # STOPPED be reported) as soon as it is raised.
+                try:
                     self._timed_out(st)
+                finally:
                     self._fire(now)
-                elif (
-                    st.tid and st.fired and not st.stuck_reported and not st.retired and now >= st.fired_at + self.grace
-                ):
-                    st.stuck_reported = True
-                    st.retired = True
-                    self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
-                if (
-                    st.tid
-                    and st.fired
-                    and (now >= st.refire_at or (st.swallowed and now >= st.last_fire + REFIRE_FIRST))
-                ):
-                    self._fire(now)  # the task still runs: the last one was dropped, caught, or is pending in C
+            elif st.tid and st.fired and not st.stuck_reported and not st.retired and now >= st.fired_at + self.grace:
+                st.stuck_reported = True
+                st.retired = True
+                self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
+            if st.tid and st.fired and (now >= st.refire_at or (st.swallowed and now >= st.last_fire + REFIRE_FIRST)):
+                self._fire(now)  # the task still runs: the last one was dropped, caught, or is pending in C
+        return False

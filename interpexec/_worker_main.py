@@ -39,9 +39,9 @@ from ._protocol import (
     OK,
     STOP,
     STOPPED,
-    UNREPORTABLE,
     Interrupted,
     WorkerSettings,
+    bare_report,
 )
 from ._transport import (
     COLLECTOR_ASLEEP,
@@ -78,8 +78,15 @@ _FN_CACHE_MAX = 1024
 SPIN = 64
 
 
+#: True once :func:`main` runs: this interpreter is an interpexec worker (a
+#: program that merely imports this module is not; see ``_shared.in_worker``).
+serving = False
+
+
 def main(handoff: int) -> None:
     """Entry point: settings in from the hand-off queue, the exit reason out."""
+    global serving
+    serving = True
     control = _compat.queue_get(handoff)
     settings = WorkerSettings.from_wire(_compat.queue_get(handoff))
     reason = serve(control, settings)
@@ -124,20 +131,7 @@ def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
         except Interrupted:
             raise
         except BaseException:  # _errors cannot load (the task broke imports; no memory)
-            return (tid, ERR, _bare_report(exc))
-
-
-def _bare_report(exc: BaseException) -> tuple[Any, ...]:
-    """What is said of ``exc`` when ``_errors`` cannot load: its type's name and
-    its message, as text (see ``_errors.pack_exception`` for the fields)."""
-    try:
-        tp = type(exc)
-        name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
-        return (None, name, str(exc), "", None, None)
-    except Interrupted:
-        raise
-    except BaseException:  # (a __str__ that raises; no memory)
-        return UNREPORTABLE
+            return (tid, ERR, bare_report(exc))
 
 
 def _watch_swallowed_interrupts(state: TaskState, watchdog: Watchdog) -> None:

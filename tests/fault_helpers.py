@@ -63,6 +63,29 @@ def spin_forever():
         pass
 
 
+def spin_where_error_reporting_cannot_load():
+    """Spin for ever with interpexec's error packing unloadable in this worker
+    (as when the process is out of descriptors, or a task broke imports)."""
+    sys.modules["interpexec._errors"] = None
+    while True:
+        pass
+
+
+def spin_where_ctypes_cannot_load(fd):
+    """Say so on ``fd``, then spin for a second with ctypes unloadable (the
+    watchdog interrupts tasks through it, so it cannot stop this one); ctypes
+    is importable again afterwards."""
+    sys.modules["ctypes"] = None
+    try:
+        os.write(fd, b"r")
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            pass
+    finally:
+        del sys.modules["ctypes"]
+    return "ran to its end"
+
+
 def spin_with_cleanup(fd):
     try:
         while True:

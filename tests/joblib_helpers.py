@@ -27,7 +27,7 @@ def square(x: int) -> int:
 
 def where() -> tuple[int, bool, int]:
     """(process id, whether this runs in an interpexec worker, OS thread id)."""
-    return os.getpid(), _shared._in_worker, threading.get_native_id()
+    return os.getpid(), _shared.in_worker(), threading.get_native_id()
 
 
 def foreign_modules(_: object = None) -> list[str]:

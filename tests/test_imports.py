@@ -233,3 +233,24 @@ def test_a_failure_is_reported_even_where_error_reporting_cannot_load():
         assert pool.submit(helpers.identity, 7).result() == 7
         error = pool.submit(import_helpers.fail, "again").exception()
         assert isinstance(error, interpexec.RemoteError) and error.message == "again"
+
+
+@pytest.mark.timeout(90)
+def test_a_program_that_imports_the_worker_loop_is_not_a_worker():
+    """Documentation tools and import-everything checks import every module;
+    the worker loop among them must not make the main interpreter take itself
+    for a worker (pools refused, names of the pool's side left unbound)."""
+    found = run_fresh(
+        """
+        import json
+        import interpexec._worker_main
+        import interpexec
+        from interpexec import _compat, _shared
+        with interpexec.InterpreterPoolExecutor(1) as pool:
+            value = pool.submit(abs, -3).result(timeout=30)
+            mapped = list(pool.map(abs, [-1, -2], timeout=30))
+        print(json.dumps({"value": value, "mapped": mapped, "in_worker": _shared.in_worker(),
+                          "bound": _compat._first is not None}))
+        """
+    )
+    assert found == {"value": 3, "mapped": [1, 2], "in_worker": False, "bound": True}

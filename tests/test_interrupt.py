@@ -4,6 +4,7 @@ retiring a worker stuck in C code."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import itertools
 import os
 import random
@@ -12,7 +13,7 @@ import types
 
 import pytest
 
-from interpexec import InterpreterPoolExecutor
+from interpexec import BrokenInterpreterPool, InterpreterPoolExecutor
 
 from . import fault_helpers as fh
 from . import helpers
@@ -219,3 +220,36 @@ def test_deadline_stops_a_task_blocked_in_an_interpexec_queue():
             fut.result(timeout=10)
         # The blocked get() woke up (the old worker ended); a fresh one serves.
         assert ex.submit(fh.interp_id).result(timeout=10) != first
+
+
+@pytest.mark.timeout(60)
+def test_deadlines_hold_where_error_reporting_cannot_load():
+    """A worker loads its error packing with its first failure; where it cannot
+    (no descriptor left, imports broken), a deadline is still enforced, for a
+    task and for an initializer."""
+    with InterpreterPoolExecutor(1) as ex:
+        with pytest.raises(TimeoutError):
+            ex.schedule(fh.spin_where_error_reporting_cannot_load, timeout=0.2).result(timeout=20)
+        assert ex.submit(fh.ok, 1).result(timeout=20) == 1
+    ex = InterpreterPoolExecutor(1, initializer=fh.spin_where_error_reporting_cannot_load, task_timeout=0.2)
+    with ex:
+        with pytest.raises(BrokenInterpreterPool) as broken:
+            ex.submit(fh.ok, 1).result(timeout=20)
+        cause = broken.value.__cause__
+        assert "TimeoutError" in repr(cause) or isinstance(cause, TimeoutError), repr(cause)
+
+
+@pytest.mark.timeout(60)
+def test_a_watchdog_that_cannot_interrupt_lives_on(signals):
+    """An interrupt that fails (ctypes cannot load) is reported; the watchdog
+    goes on enforcing deadlines.  (CPython's own unraisable hook refused the
+    report, which ended the watchdog thread: later deadlines were ignored.)"""
+    with InterpreterPoolExecutor(1) as ex:
+        fut = ex.submit(fh.spin_where_ctypes_cannot_load, signals.started_w)
+        assert helpers.wait_bytes(signals.started_r, 1) == b"r"
+        ex.interrupt(fut)
+        with contextlib.suppress(cf.CancelledError):
+            fut.result(timeout=20)
+        with pytest.raises(TimeoutError):
+            ex.schedule(fh.spin_forever, timeout=0.2).result(timeout=20)
+        assert ex.submit(fh.ok, 2).result(timeout=20) == 2

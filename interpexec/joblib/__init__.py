@@ -31,7 +31,7 @@ from ._batch import run_batch
 
 __all__ = ["BACKEND_NAME", "InterpreterBackend", "register", "run_batch"]
 
-if not _shared._in_worker:  # joblib cannot be imported in a worker (see above)
+if not _shared.in_worker():  # joblib cannot be imported in a worker (see above)
     from ._backend import BACKEND_NAME, InterpreterBackend, register
 
     register()
