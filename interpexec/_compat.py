@@ -115,6 +115,7 @@ __all__ = [
     "allocate_lock",
     "create_interpreter",
     "current_interpreter_id",
+    "daemon_threads_allowed",
     "destroy_interpreter",
     "dumps",
     "ended_on_unhandled_ctrl_c",
@@ -438,6 +439,12 @@ def wrap_thread_starts(wrap: Any) -> None:
 
 
 _IN_MAIN_INTERPRETER: bool = _thread._is_main_interpreter()  # type: ignore[attr-defined]
+
+
+def daemon_threads_allowed() -> bool:
+    """Whether this interpreter may start daemon threads (an isolated
+    subinterpreter may not; a pool's resolver thread is one)."""
+    return bool(_thread.daemon_threads_allowed())
 
 
 def is_main_thread() -> bool:

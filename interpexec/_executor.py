@@ -13,7 +13,7 @@ import time
 import weakref
 from concurrent.futures import Executor
 
-from . import _shared
+from . import _compat, _shared
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import encode_callable
@@ -110,6 +110,11 @@ class InterpreterPoolExecutor(Executor):
             raise RuntimeError(
                 "an InterpreterPoolExecutor cannot be created inside an interpexec worker: create pools in the "
                 'main program only (guard module-level pools with `if __name__ == "__main__":`)'
+            )
+        if not _compat.daemon_threads_allowed():
+            raise RuntimeError(
+                "an InterpreterPoolExecutor cannot be created in this interpreter: it allows no daemon threads (an "
+                "isolated subinterpreter), and the pool needs one; create pools in the main interpreter"
             )
         if max_workers is None:
             max_workers = default_max_workers()

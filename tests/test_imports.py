@@ -254,3 +254,22 @@ def test_a_program_that_imports_the_worker_loop_is_not_a_worker():
         """
     )
     assert found == {"value": 3, "mapped": [1, 2], "in_worker": False, "bound": True}
+
+
+@pytest.mark.timeout(90)
+def test_a_pool_in_an_isolated_subinterpreter_is_refused_at_once():
+    """An isolated subinterpreter allows no daemon threads, which the pool needs:
+    a clear error when the pool is made (not at the first submit, from CPython)."""
+    found = run_fresh(
+        """
+        import json, sys
+        from interpexec import _compat
+        interp = _compat.create_interpreter()
+        failure = _compat.run_string(interp, "import sys; sys.path[:] = " + repr(sys.path) + "\\n"
+                                     "import interpexec\\ninterpexec.InterpreterPoolExecutor(1)")
+        _compat.destroy_interpreter(interp)
+        print(json.dumps({"type": failure and failure.type_name, "message": failure and failure.message}))
+        """
+    )
+    assert found["type"] == "RuntimeError", found
+    assert "allows no daemon threads" in found["message"] and "main interpreter" in found["message"], found
