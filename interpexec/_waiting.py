@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+#: Write ends of the pipes of watches in use (entered, not closed yet): see
+#: Waiting.abandon_waits.  (A pipe is lent to one watch at a time.)
+_LIVE_WAITS: set[int] = set()
+
+
 class Watch:
     """A pipe registered for one task in a worker's hands: the worker that
     finishes it writes a byte, so the pipe becomes readable when the future may
@@ -67,10 +72,16 @@ class Watch:
         with defer_sigint() if is_main_thread() else NOT_DEFERRED:
             pipe, self._pipe = self._pipe, None
             if pipe is not None:
+                _LIVE_WAITS.discard(pipe[1])
                 self._pool.detach_waiter(self._item, pipe[1])
                 give_back(pipe)
 
     def __enter__(self) -> Watch:
+        # In use from here (until close): not "left behind" for abandon_waits,
+        # which a call of the pool made inside this thread's wait (a done-callback
+        # or a signal handler, while the wait delivers) runs if that call fails.
+        if self._pipe is not None:
+            _LIVE_WAITS.add(self._pipe[1])
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -216,10 +227,17 @@ class Waiting(Resolver):
         registering its pipe and the ``with`` that deregisters it: deregister what
         this thread left registered, so that its worker wakes the resolver again
         (the result must be delivered whether or not anyone waits), and give the
-        pipe back."""
+        pipe back.  A wait still in progress further up this thread's stack (this
+        runs inside it: a done-callback or a signal handler called the pool,
+        which refused) is not left behind: taking its pipe made it sleep on a pipe
+        nobody writes to, and gave the pipe back twice."""
         me = threading.get_ident()
         with self.lock:
-            items = [item for item in self.inflight.values() if item.waiter_fd and item.waiter_thread == me]
+            items = [
+                item
+                for item in self.inflight.values()
+                if item.waiter_fd and item.waiter_thread == me and item.waiter_fd - 1 not in _LIVE_WAITS
+            ]
         for item in items:
             wfd = item.waiter_fd - 1
             self.detach_waiter(item, wfd)

@@ -651,3 +651,45 @@ def test_ctrl_c_storm_never_leaves_the_signal_wakeup_fd_installed(tmp_path):
     assert lines[-1].startswith(f"installed at the end {mine} ")
     assert int(lines[-1].split()[-1]) > 100  # the storm did interrupt the waits
     assert "Fatal Python error" not in out.stderr
+
+
+@pytest.mark.timeout(60)
+def test_an_entry_point_failing_inside_a_result_wait_leaves_that_wait_alone():
+    """A done-callback (or a signal handler) that runs inside this thread's own
+    ``result()`` wait and calls the pool, which refuses (it is shut down): the
+    refusal used to take the outer wait's registration and pipe as "left behind"
+    — the outer wait then slept on a pipe nobody would write (a hang without a
+    timeout), and the pipe went back to the free list twice (later closed under
+    another borrower: EBADF).  The callback is simulated at the point where
+    ``result()`` delivers queued results, deterministically."""
+    from interpexec import _wakeup
+
+    arrived_r, arrived_w = os.pipe()
+    go_r, go_w = os.pipe()
+    ex = InterpreterPoolExecutor(1)
+    try:
+        running = ex.submit(helpers.gated, arrived_w, go_r, "done")
+        assert helpers.wait_bytes(arrived_r, 1) == b"a"
+        ex.shutdown(wait=False)  # the running call goes on; new ones are refused
+        pool = ex._pool
+        deliver = pool.collect
+        refused = []
+
+        def collect_with_a_callback_that_submits() -> bool:
+            item = pool.inflight.get(running._ie_tid)
+            if not refused and item is not None and item.waiter_fd:  # (inside result()'s own wait)
+                try:
+                    ex.submit(fh.ok, 1)
+                except RuntimeError as exc:
+                    refused.append(exc)
+                os.write(go_w, b"g")  # now let the running call finish
+            return deliver()
+
+        pool.collect = collect_with_a_callback_that_submits
+        assert running.result() == "done"  # (no timeout: the outer wait must be woken)
+        assert refused and "shutdown" in str(refused[0])
+        ex.shutdown(wait=True)
+        assert len(set(_wakeup._free)) == len(_wakeup._free)  # no pipe on the free list twice
+    finally:
+        for fd in (arrived_r, arrived_w, go_r, go_w):
+            os.close(fd)
