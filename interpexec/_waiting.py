@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-#: Write ends of the pipes of watches in use (entered, not closed yet): see
-#: Waiting.abandon_waits.  (A pipe is lent to one watch at a time.)
+#: Write ends of the pipes of ``result()`` waits in progress (inside their
+#: ``with``, until close): see Waiting.abandon_waits.  (A pipe is lent to one
+#: watch at a time.)
 _LIVE_WAITS: set[int] = set()
 
 
@@ -77,11 +78,6 @@ class Watch:
                 give_back(pipe)
 
     def __enter__(self) -> Watch:
-        # In use from here (until close): not "left behind" for abandon_waits,
-        # which a call of the pool made inside this thread's wait (a done-callback
-        # or a signal handler, while the wait delivers) runs if that call fails.
-        if self._pipe is not None:
-            _LIVE_WAITS.add(self._pipe[1])
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -126,10 +122,20 @@ class Waiting(Resolver):
             return timeout  # the resolver delivers it, and the standard Condition wait serves it
         deadline = None if timeout is None else time.monotonic() + timeout
         wfd = watch._pipe[1] if watch._pipe else -1  # (only this thread reads the pipe)
-        with watch:
-            while not watch.check():
-                if not wait(watch.fd, deadline, own_wfd=wfd):
-                    return 0.0
+        try:
+            with watch:
+                # Live from here until close(): not "left behind" for abandon_waits,
+                # which a call of the pool made inside this wait (a done-callback or
+                # a signal handler, while it delivers) runs if that call fails.
+                _LIVE_WAITS.add(wfd)
+                while not watch.check():
+                    if not wait(watch.fd, deadline, own_wfd=wfd):
+                        return 0.0
+        except BaseException:
+            # (A Ctrl-C that cut close() short at its start: abandon_waits, at the
+            # public entry point, must then take the registration over.)
+            _LIVE_WAITS.discard(wfd)
+            raise
         return timeout
 
     def _wait_done(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
