@@ -693,3 +693,44 @@ def test_an_entry_point_failing_inside_a_result_wait_leaves_that_wait_alone():
     finally:
         for fd in (arrived_r, arrived_w, go_r, go_w):
             os.close(fd)
+
+
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_as_a_result_wait_begins_leaves_the_result_to_others(monkeypatch):
+    """A Ctrl-C landing as ``result()`` enters its wait (injected right after the
+    watch's ``__enter__``): the registration it leaves is taken over, so another
+    thread's ``result()``, a done-callback and ``concurrent.futures.wait`` all
+    see the result, and no pipe is left lent.  (A first version of the fix for
+    the test above marked the wait live there and never cleared it.)"""
+    from interpexec import _waiting, _wakeup
+
+    arrived_r, arrived_w = os.pipe()
+    go_r, go_w = os.pipe()
+    try:
+        with InterpreterPoolExecutor(1) as ex:
+            fut = ex.submit(helpers.gated, arrived_w, go_r, "value")
+            assert helpers.wait_bytes(arrived_r, 1) == b"a"
+            enter = _waiting.Watch.__enter__
+
+            def enter_then_ctrl_c(self):
+                enter(self)
+                monkeypatch.setattr(_waiting.Watch, "__enter__", enter)  # (once)
+                raise KeyboardInterrupt
+
+            monkeypatch.setattr(_waiting.Watch, "__enter__", enter_then_ctrl_c)
+            with pytest.raises(KeyboardInterrupt):
+                fut.result()
+            called = threading.Event()
+            fut.add_done_callback(lambda _: called.set())
+            os.write(go_w, b"g")
+            got = []
+            other = threading.Thread(target=lambda: got.append(fut.result(timeout=30)))
+            other.start()
+            other.join()
+            assert got == ["value"]
+            assert called.wait(30)
+            assert cf.wait([fut], timeout=30).done == {fut}
+        assert not _wakeup.lent() and not _waiting._LIVE_WAITS
+    finally:
+        for fd in (arrived_r, arrived_w, go_r, go_w):
+            os.close(fd)
