@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from . import _compat
-from ._protocol import UNREPORTABLE, Interrupted
+from ._protocol import UNREPORTABLE, Interrupted, qualified_type_name
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -211,7 +211,6 @@ def _pack_chain(exc: BaseException, depth: int) -> Packed | None:
 
 def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
     tp = type(exc)
-    type_name = f"{tp.__module__}.{tp.__qualname__}" if tp.__module__ != "builtins" else tp.__qualname__
     try:
         message = str(exc)
     except Interrupted:
@@ -228,7 +227,7 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
         blob = None
     # NameError's and AttributeError's ``name`` is not pickled: send it beside.
     attr_name = getattr(exc, "name", None) if isinstance(exc, (NameError, AttributeError)) else None
-    return (blob, type_name, message, tb_text, chain, attr_name if isinstance(attr_name, str) else None)
+    return (blob, qualified_type_name(tp), message, tb_text, chain, attr_name if isinstance(attr_name, str) else None)
 
 
 def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
@@ -237,7 +236,7 @@ def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
     nothing more could be sent.  Touches neither exception's methods."""
     try:
         tp = type(exc)
-        name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+        name = qualified_type_name(tp)
         why = type(failure).__qualname__
     except Interrupted:
         raise

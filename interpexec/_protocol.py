@@ -75,14 +75,18 @@ STOPPED = 4
 UNREPORTABLE = (None, "Exception", "<the exception could not be reported>", "", None, None)
 
 
+def qualified_type_name(tp: type) -> str:
+    """An exception type's name as a packed exception carries it: qualified by
+    its module unless it is a builtin."""
+    return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+
+
 def bare_report(exc: BaseException) -> tuple[Any, ...]:
     """``exc`` packed as text only, its type's name and its message: what a
     worker sends when ``_errors`` (the full packing) cannot load (the task broke
     imports, no descriptor or memory is left).  Never raises but Interrupted."""
     try:
-        tp = type(exc)
-        name = tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
-        return (None, name, str(exc), "", None, None)
+        return (None, qualified_type_name(type(exc)), str(exc), "", None, None)
     except Interrupted:
         raise
     except BaseException:  # (a __str__ that raises; no memory)
