@@ -324,11 +324,13 @@ class Channel:
 #   [RESULT_WRITTEN + i]          result wake-up bytes worker i has written
 #   [TASKS_DONE + i], [BUSY_NS + i]  tasks worker i finished, and the nanoseconds it
 #                                 spent running them (for executor.stats())
-#   [WAITER_FDS + tid % NSLOTS]   write-end fd + 1 of the pipe of a thread blocked in
-#                                 Future.result() for task tid, else 0
-#   [WAITER_TIDS + tid % NSLOTS]  that task's id: a worker wakes the waiter only if
+#   [WAITER_FDS + tid % nslots]   write-end fd + 1 of the pipe of a thread blocked in
+#                                 Future.result() for task tid, else 0 (nslots: a
+#                                 power of two, at least 8x the worker slots, at
+#                                 most NSLOTS; ControlLayout.nslots)
+#   [WAITER_TIDS + tid % nslots]  that task's id: a worker wakes the waiter only if
 #                                 the id is its task's (written before the fd)
-#   [STOP_TIDS + tid % NSLOTS]    tid, once interrupt() was asked for task tid: a
+#   [STOP_TIDS + tid % nslots]    tid, once interrupt() was asked for task tid: a
 #                                 worker that takes it from the queue later skips
 #                                 it (checked by the worker itself, at once; its
 #                                 watchdog may not have read the command yet)
@@ -345,7 +347,7 @@ class Channel:
 # collects whatever nobody else did.
 
 SKIP_WAKEUPS = os.uname().machine.lower() in ("x86_64", "amd64", "i386", "i686", "x86")
-NSLOTS = 4096
+NSLOTS = 4096  # the most task-id slots, and the largest window
 COLLECTOR_ASLEEP = 0
 COLLECTOR_READ = 1
 PARK = 2
@@ -355,11 +357,17 @@ _FIXED = 4
 
 class ControlLayout:
     """Offsets into the control block for ``slots`` worker slots (more slots than
-    workers: a retired worker keeps its slot until its thread ends)."""
+    workers: a retired worker keeps its slot until its thread ends).
+
+    The per-task entries have ``nslots`` slots, ``tid % nslots``: a collision (two
+    tasks in flight at once on one slot) only costs a waiter its shortcut, so a
+    few times the window suffices, and a small pool's block stays a few KB (the
+    block is zero-filled memory of the main interpreter: 4096 slots were 96 KB)."""
 
     __slots__ = (
         "asleep",
         "busy_ns",
+        "nslots",
         "result_written",
         "size",
         "slots",
@@ -373,13 +381,14 @@ class ControlLayout:
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
+        self.nslots = nslots = min(NSLOTS, max(256, 1 << (8 * slots).bit_length()))
         self.asleep = _FIXED
         self.task_read = self.asleep + slots
         self.result_written = self.task_read + slots
         self.tasks_done = self.result_written + slots
         self.busy_ns = self.tasks_done + slots
         self.waiter_fds = self.busy_ns + slots
-        self.waiter_tids = self.waiter_fds + NSLOTS
-        self.stop_tids = self.waiter_tids + NSLOTS
-        self.spinning = self.stop_tids + NSLOTS
+        self.waiter_tids = self.waiter_fds + nslots
+        self.stop_tids = self.waiter_tids + nslots
+        self.spinning = self.stop_tids + nslots
         self.size = self.spinning + slots

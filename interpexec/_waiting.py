@@ -25,7 +25,7 @@ from ._protocol import INIT_TID
 from ._resolver import Resolver
 from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import WorkItem
-from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ, NSLOTS
+from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ
 from ._wakeup import borrow, drain, give_back, lent, notify, try_borrow, wait
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -197,7 +197,7 @@ class Waiting(Resolver):
         attaching, call :meth:`collect` once before waiting (the result may already
         be queued), and :meth:`detach_waiter` with the returned item when done."""
         tid = fut._ie_tid
-        slot = tid % NSLOTS
+        slot = tid % self.layout.nslots
         fds, tids = self.layout.waiter_fds + slot, self.layout.waiter_tids + slot
         with self.lock:
             item = self.inflight.get(tid)
@@ -212,7 +212,7 @@ class Waiting(Resolver):
         return item
 
     def detach_waiter(self, item: WorkItem, wfd: int) -> None:
-        fds = self.layout.waiter_fds + item.tid % NSLOTS
+        fds = self.layout.waiter_fds + item.tid % self.layout.nslots
         # (No lock: only this thread can have put wfd there, and no other thread
         # can take the slot while it holds it.)
         if abs(self.ctl[fds]) == wfd + 1:
@@ -264,7 +264,7 @@ class Waiting(Resolver):
             item = self.inflight.get(tid)
             if item is None or fut._state not in WAITABLE:
                 return False
-            self.ctl[self.layout.stop_tids + tid % NSLOTS] = tid  # seen by the worker at once
+            self.ctl[self.layout.stop_tids + tid % self.layout.nslots] = tid  # seen by the worker at once
             for w in self.workers.values():
                 if not w.retired:
                     w.interrupt(tid)

@@ -36,7 +36,7 @@ import time
 from . import _compat
 from ._compat import RLock, get_ident
 from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, STOPPED, TIMEOUT, Interrupted, bare_report
-from ._transport import NSLOTS, Channel
+from ._transport import Channel
 from ._wakeup import MAX_POLL_MS, notify
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
@@ -59,9 +59,10 @@ REFIRE_MAX = 1.0
 class TaskState:
     """What the loop and the watchdog share, guarded by ``lock``."""
 
-    def __init__(self, control: Any = None, stop_tids: int = 0) -> None:
-        self.control = control  # the control block (int64 view) and where its
-        self.stop_tids = stop_tids  # "interrupted" task ids start
+    def __init__(self, control: Any = None, stop_tids: int = 0, nslots: int = 1) -> None:
+        self.control = control  # the control block (int64 view), where its
+        self.stop_tids = stop_tids  # "interrupted" task ids start, and how many
+        self.nslots = nslots
         # Re-entrant, and released by owner checks: an Interrupted can surface
         # right as the loop's acquire() returns (see finish_task).
         self.lock = RLock()
@@ -82,7 +83,7 @@ class TaskState:
     def begin(self, tid: int, timeout: float | None) -> bool:
         """Mark task ``tid`` running; False if it was interrupted while queued."""
         with self.lock:
-            if self.control is not None and tid > 0 and self.control[self.stop_tids + tid % NSLOTS] == tid:
+            if self.control is not None and tid > 0 and self.control[self.stop_tids + tid % self.nslots] == tid:
                 return False  # interrupted while queued (the pool marks it before telling the watchdog)
             self.tid = tid
             self.fired = False

@@ -48,7 +48,6 @@ from ._transport import (
     COLLECTOR_READ,
     LENT,
     NATIVE,
-    NSLOTS,
     PARK,
     SAME_ARG,
     SAME_ARG_MIN,
@@ -158,7 +157,7 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     results = Channel.from_spec(settings.results)
     ctl = control.cast("q")
     layout = ControlLayout(settings.slots)
-    state = TaskState(ctl, layout.stop_tids)
+    state = TaskState(ctl, layout.stop_tids, layout.nslots)
     watchdog = Watchdog(
         state, Channel.from_spec(settings.commands), results, settings.index, settings.grace, settings.interrupt_pipe[1]
     )
@@ -281,7 +280,7 @@ def _serve(
     task_read = layout.task_read + index
     written = layout.result_written + index
     written_lo, written_hi = layout.result_written, layout.result_written + layout.slots
-    waiter_fds, waiter_tids = layout.waiter_fds, layout.waiter_tids
+    waiter_fds, waiter_tids, nslots = layout.waiter_fds, layout.waiter_tids, layout.nslots
     empty: Any = object()
     get = tasks.get_nowait
     put = _compat.queue_put
@@ -387,7 +386,7 @@ def _serve(
         del out
         # Wake the thread waiting for this very result if there is one (it collects
         # everything queued), else the resolver if it sleeps.
-        slot = tid % NSLOTS
+        slot = tid % nslots
         attached = wake_waiter(slot, tid)
         woke = attached is True
         if attached is None and spin and not count(task_qid):

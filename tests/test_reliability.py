@@ -167,12 +167,14 @@ def test_waiter_timing_out_does_not_strand_another_waiter(make_pool):
     assert outcome == ["timed out"]
 
 
-# ====================================== 4. waiter slot shared with task id + 4096
+# ================================ 4. waiter slot shared with task id + the slot count
 
 
 @pytest.mark.timeout(60)
 def test_waiter_survives_later_tasks_that_share_its_slot(make_pool):
     ex = make_pool(2)
+    nslots = ex._pool.layout.nslots  # (a few times the window: 256 for 2 workers)
+    assert nslots < 4096
     errors = []
     with helpers.Gate() as gate:
         long = gate.submit(ex, "long")
@@ -180,15 +182,15 @@ def test_waiter_survives_later_tasks_that_share_its_slot(make_pool):
         go = threading.Event()
 
         def churn():
-            # More than 4096 tasks, each waited for (so each registers a waiter),
-            # while the main thread waits for `long`; then let `long` finish.
-            # Around the 4096th of them (the one whose slot is `long`'s in a table of
-            # 4096), each task lasts a little, so that its waiter is surely
-            # registered before it finishes.
+            # More than nslots tasks, each waited for (so each registers a
+            # waiter), while the main thread waits for `long`; then let `long`
+            # finish.  Around the nslots-th of them (whose slot is `long`'s),
+            # each task lasts a little, so that its waiter is surely registered
+            # before it finishes.
             try:
                 assert go.wait(10)
-                for i in range(4200):
-                    if 4000 <= i < 4200:
+                for i in range(3 * nslots):
+                    if nslots - 50 <= i < nslots + 50:
                         value = ex.submit(rh.sleep_then, 0.002, i).result(timeout=10)
                     else:
                         value = ex.submit(rh.ident, i).result(timeout=10)
