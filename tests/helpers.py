@@ -276,13 +276,11 @@ class Gate:
 
     def wait_arrived(self, n, timeout=30.0):
         """Block until ``n`` gated tasks have started (fails after ``timeout``)."""
-        import select
-
         deadline = time.monotonic() + timeout
         got = 0
         while got < n:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.arrived_r], [], [], left)[0]:
+            if left <= 0 or not readable(self.arrived_r, left):
                 raise AssertionError(f"only {got} of {n} gated tasks started within {timeout} s")
             got += len(os.read(self.arrived_r, n - got))
 
@@ -301,16 +299,24 @@ class Gate:
             os.close(fd)
 
 
-def wait_bytes(fd, n, timeout=30.0):
-    """Read exactly ``n`` bytes from the pipe ``fd`` (written by tasks), failing after
-    ``timeout`` seconds: ``select`` on the pipe, never sleeping."""
+def readable(fd, timeout):
+    """Whether ``fd`` becomes readable within ``timeout`` seconds (``poll``, not
+    ``select``: the suite also runs with descriptors numbered past 1024)."""
     import select
 
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, -int(-timeout * 1000 // 1))))
+
+
+def wait_bytes(fd, n, timeout=30.0):
+    """Read exactly ``n`` bytes from the pipe ``fd`` (written by tasks), failing after
+    ``timeout`` seconds: ``poll`` on the pipe, never sleeping."""
     deadline = time.monotonic() + timeout
     got = b""
     while len(got) < n:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not readable(fd, left):
             raise AssertionError(f"only {len(got)} of {n} bytes arrived within {timeout} s: {got!r}")
         chunk = os.read(fd, n - len(got))
         if not chunk:

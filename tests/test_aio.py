@@ -15,7 +15,6 @@ import asyncio
 import concurrent.futures as cf
 import functools
 import os
-import select
 import threading
 import time
 
@@ -27,7 +26,7 @@ import interpexec
 from interpexec import RemoteTraceback, _wakeup, aio
 
 from . import aio_helpers as h
-from .helpers import wait_bytes
+from .helpers import readable, wait_bytes
 
 MAIN_INTERP_ID = h.interp_id()
 
@@ -98,7 +97,7 @@ def read_bytes(fd, n=1, timeout=20.0):
 
 
 def nothing_to_read(fd):
-    return not select.select([fd], [], [], 0)[0]
+    return not readable(fd, 0)
 
 
 async def async_read_bytes(fd, n=1, timeout=20.0):
