@@ -113,6 +113,7 @@ class Waiting(Resolver):
             return self._resolve_until(fut, timeout)
         watch = self.watch(fut, me)
         if watch is None:
+            self._share_own_registration(fut, me)
             # Its result may be taken already (the resolver busy in a callback, or
             # a Ctrl-C that cut a take short): deliver what is there, here.
             if self.collect() and fut._state not in WAITABLE:
@@ -137,6 +138,23 @@ class Waiting(Resolver):
             _LIVE_WAITS.discard(wfd)
             raise
         return timeout
+
+    def _share_own_registration(self, fut: PoolFuture[Any], me: int) -> None:
+        """A wait nested inside this thread's own wait for the same task (a
+        signal handler, or a done-callback this thread runs while it delivers
+        results): the outer wait's registration has the worker wake only this
+        thread's pipe, which nobody polls until the nested wait returns.  Have
+        the worker wake the resolver as well (as for a watch), so that the result
+        is delivered and the nested wait, which waits for the resolver, ends.
+        (Before the nested wait collects: a worker that read the registration
+        before this change had put its result before it, and that collect
+        finds it.)"""
+        tid = fut._ie_tid
+        fds = self.layout.waiter_fds + tid % self.layout.nslots
+        with self.lock:  # (re-entrant: the outer wait may hold it)
+            item = self.inflight.get(tid)
+            if item is not None and item.waiter_thread == me and item.waiter_fd and self.ctl[fds] == item.waiter_fd:
+                self.ctl[fds] = -item.waiter_fd
 
     def _wait_done(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
         """The main thread's wait for a future the resolver delivers: on a pipe

@@ -734,3 +734,93 @@ def test_a_ctrl_c_as_a_result_wait_begins_leaves_the_result_to_others(monkeypatc
     finally:
         for fd in (arrived_r, arrived_w, go_r, go_w):
             os.close(fd)
+
+
+def _resolver_asleep(pool):
+    from interpexec._transport import COLLECTOR_ASLEEP
+
+    return pool._pool.ctl[COLLECTOR_ASLEEP] == 1
+
+
+def _until(predicate, what, timeout=10.0):
+    """Wait for a state of the pool (not for a duration): poll ``predicate``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.0005)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nested", ["result", "exception"])
+def test_a_signal_handler_waiting_for_the_future_the_main_thread_waits_for(nested):
+    """A signal handler runs inside the main thread's own ``result()`` wait and
+    waits for the same future.  The outer wait had the worker wake only its
+    pipe, which nobody polls while the handler runs, and the handler's wait
+    relies on the resolver, which nobody woke: it waited for ever (or its whole
+    timeout), and the main thread with it."""
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(2) as pool:
+        pool.prestart()  # (no worker's "started" report wakes the resolver below)
+        fut = pool.submit(fh.block_on_queue, q)
+        got = []
+
+        def handler(signum, frame):
+            got.append(getattr(fut, nested)(timeout=10))
+
+        def poke():
+            item = pool._pool.inflight[fut._ie_tid]
+            _until(lambda: item.waiter_fd, "the main thread's wait registered")
+            os.kill(os.getpid(), signal.SIGUSR1)
+            _until(lambda: fut._waiters, "the handler's wait began")
+            _until(lambda: _resolver_asleep(pool), "the resolver asleep")
+            q.put("done")  # the task finishes now; the handler's wait must see it
+
+        old = signal.signal(signal.SIGUSR1, handler)
+        t = threading.Thread(target=poke)
+        try:
+            t.start()
+            outer = getattr(fut, nested)(timeout=30)
+        finally:
+            t.join(timeout=10)
+            signal.signal(signal.SIGUSR1, old)
+    assert got == [outer]
+    assert outer == ("done" if nested == "result" else None)
+
+
+@pytest.mark.timeout(60)
+def test_a_done_callback_waiting_for_the_future_its_thread_waits_for():
+    """The same from a done-callback: a thread waiting for A delivers B's result
+    (queued while the resolver was busy), and B's callback waits for A."""
+    from interpexec import _compat
+
+    q = interpexec.Queue()
+    resolver_busy, free_resolver = threading.Event(), threading.Event()
+    with InterpreterPoolExecutor(3) as pool:
+        pool.prestart()  # (the workers' "started" reports are in: only b's result is queued below)
+        c = pool.submit(fh.ok, "c")
+        c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
+        assert resolver_busy.wait(10)  # the resolver runs c's callback until freed
+        a = pool.submit(fh.block_on_queue, q)
+        b = pool.submit(fh.ok, "b")
+        qid = pool._pool.results.qid
+        _until(lambda: _compat.queue_count(qid) > 0, "b's result queued")
+        nested, ran_in = [], []
+
+        def on_b(f):
+            ran_in.append(threading.current_thread())
+            free_resolver.set()
+            _until(lambda: _resolver_asleep(pool), "the resolver asleep")
+            q.put("a")  # a finishes now; this wait must see it
+            nested.append(a.result(timeout=10))
+
+        b.add_done_callback(on_b)
+        outer = []
+        t = threading.Thread(target=lambda: outer.append(a.result(timeout=30)))
+        t.start()
+        t.join(timeout=40)
+        free_resolver.set()
+    assert ran_in == [t]  # b's callback ran in the thread waiting for a
+    assert nested == ["a"]
+    assert outer == ["a"]
