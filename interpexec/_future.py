@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, _base
 
-from ._compat import is_main_thread, release_if_owned
+from ._compat import get_ident, is_main_thread, release_if_owned
 from ._condition import FutureCondition
 from ._sigint import defer_sigint
 from ._wakeup import notify
@@ -43,6 +43,37 @@ _PENDING, _RUNNING, _CANCELLED, _NOTIFIED = (
 )
 
 
+#: The ``result()`` waits in progress in any thread (inside their ``with``, until
+#: ``close``), by the write end of their pipe: ``_waiting.Watch`` objects.  See
+#: ``Waiting.abandon_waits`` and :class:`Waiters`.
+LIVE_WAITS: dict[int, Any] = {}
+
+
+class Waiters(list):  # type: ignore[type-arg]
+    """A future's waiters list.  ``concurrent.futures.wait()`` and
+    ``as_completed()`` (and the main thread's own wait for the resolver) add
+    theirs with ``append`` and then rely on the resolver.  Added by a thread
+    that is itself inside a ``result()`` wait (a signal handler, or a
+    done-callback that thread runs while it delivers), the outer wait, which
+    polls nothing until this returns, shares its registration first: the
+    worker then wakes the resolver too (``Watch.share``)."""
+
+    __slots__ = ()
+
+    def append(self, waiter: Any) -> None:
+        if LIVE_WAITS:
+            share_live_waits(wake=True)
+        list.append(self, waiter)
+
+
+def share_live_waits(wake: bool) -> None:
+    """Have the workers of this thread's ``result()`` waits in progress wake the
+    resolver as well (a wait nested inside them relies on it)."""
+    me = get_ident()
+    for watch in list(LIVE_WAITS.values()):
+        watch.share(me, wake)
+
+
 class PoolFuture(Future[T]):
     """A standard :class:`concurrent.futures.Future`.
 
@@ -60,7 +91,7 @@ class PoolFuture(Future[T]):
         self._state = _PENDING
         self._result = None
         self._exception = None
-        self._waiters: list[Any] = []
+        self._waiters: list[Any] = Waiters()
         self._done_callbacks: list[Any] = []
         self._ie_pool = pool
         self._ie_tid = tid

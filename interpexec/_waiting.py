@@ -19,8 +19,8 @@ import threading
 import time
 from concurrent.futures import Future
 
-from ._compat import is_main_thread
-from ._future import WAITABLE, PipeWaiter, PoolFuture
+from ._compat import is_main_thread, queue_count
+from ._future import LIVE_WAITS, WAITABLE, PipeWaiter, PoolFuture, share_live_waits
 from ._protocol import INIT_TID
 from ._resolver import Resolver
 from ._sigint import NOT_DEFERRED, defer_sigint
@@ -31,12 +31,6 @@ from ._wakeup import borrow, drain, give_back, lent, notify, try_borrow, wait
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from typing import Any
-
-
-#: Write ends of the pipes of ``result()`` waits in progress (inside their
-#: ``with``, until close): see Waiting.abandon_waits.  (A pipe is lent to one
-#: watch at a time.)
-_LIVE_WAITS: set[int] = set()
 
 
 class Watch:
@@ -73,9 +67,18 @@ class Watch:
         with defer_sigint() if is_main_thread() else NOT_DEFERRED:
             pipe, self._pipe = self._pipe, None
             if pipe is not None:
-                _LIVE_WAITS.discard(pipe[1])
+                LIVE_WAITS.pop(pipe[1], None)
                 self._pool.detach_waiter(self._item, pipe[1])
                 give_back(pipe)
+
+    def share(self, thread: int, wake: bool) -> None:
+        """If ``thread`` is the one waiting here: a wait nested inside this one
+        (see ``_future.Waiters``) relies on the resolver, so have the worker wake
+        it too (as for an event loop's watch); with ``wake``, wake it now if a
+        result is queued (the worker may have read the registration before this
+        change: its result is then in)."""
+        if self._pipe is not None and self._item.waiter_thread == thread:
+            self._pool.share_registration(self._item, wake)
 
     def __enter__(self) -> Watch:
         return self
@@ -113,7 +116,8 @@ class Waiting(Resolver):
             return self._resolve_until(fut, timeout)
         watch = self.watch(fut, me)
         if watch is None:
-            self._share_own_registration(fut, me)
+            if LIVE_WAITS:  # nested in this thread's own wait? (it may be for fut)
+                share_live_waits(wake=False)  # (the collect below finds what raced it)
             # Its result may be taken already (the resolver busy in a callback, or
             # a Ctrl-C that cut a take short): deliver what is there, here.
             if self.collect() and fut._state not in WAITABLE:
@@ -128,33 +132,38 @@ class Waiting(Resolver):
                 # Live from here until close(): not "left behind" for abandon_waits,
                 # which a call of the pool made inside this wait (a done-callback or
                 # a signal handler, while it delivers) runs if that call fails.
-                _LIVE_WAITS.add(wfd)
+                LIVE_WAITS[wfd] = watch
                 while not watch.check():
                     if not wait(watch.fd, deadline, own_wfd=wfd):
                         return 0.0
         except BaseException:
             # (A Ctrl-C that cut close() short at its start: abandon_waits, at the
             # public entry point, must then take the registration over.)
-            _LIVE_WAITS.discard(wfd)
+            LIVE_WAITS.pop(wfd, None)
             raise
         return timeout
 
-    def _share_own_registration(self, fut: PoolFuture[Any], me: int) -> None:
-        """A wait nested inside this thread's own wait for the same task (a
-        signal handler, or a done-callback this thread runs while it delivers
-        results): the outer wait's registration has the worker wake only this
-        thread's pipe, which nobody polls until the nested wait returns.  Have
-        the worker wake the resolver as well (as for a watch), so that the result
-        is delivered and the nested wait, which waits for the resolver, ends.
-        (Before the nested wait collects: a worker that read the registration
-        before this change had put its result before it, and that collect
-        finds it.)"""
-        tid = fut._ie_tid
-        fds = self.layout.waiter_fds + tid % self.layout.nslots
-        with self.lock:  # (re-entrant: the outer wait may hold it)
-            item = self.inflight.get(tid)
-            if item is not None and item.waiter_thread == me and item.waiter_fd and self.ctl[fds] == item.waiter_fd:
-                self.ctl[fds] = -item.waiter_fd
+    def share_registration(self, item: WorkItem, wake: bool) -> None:
+        """Make the registration of ``item``'s waiter one whose worker wakes the
+        resolver too (see :meth:`Watch.share`).  Called by the waiting thread
+        itself (nested in its own wait), which alone writes the slot while it
+        holds it: no lock, and none may be taken here, inside
+        ``concurrent.futures.wait()`` holding futures' conditions (the
+        dispatcher takes a pending future's condition under the pool's lock)."""
+        fds = self.layout.waiter_fds + item.tid % self.layout.nslots
+        registered = item.waiter_fd
+        if not registered or self.ctl[fds] != registered:
+            return
+        self.ctl[fds] = -registered
+        if wake and queue_count(self.results.qid):
+            if self.lock.acquire(blocking=False):
+                try:
+                    if not self.closed:
+                        self.results.notify()
+                finally:
+                    self.lock.release()
+            else:  # (held elsewhere, perhaps waiting for a condition this thread holds)
+                threading.Thread(target=self.wake_resolver, name="interpexec-wake", daemon=True).start()
 
     def _wait_done(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
         """The main thread's wait for a future the resolver delivers: on a pipe
@@ -260,7 +269,7 @@ class Waiting(Resolver):
             items = [
                 item
                 for item in self.inflight.values()
-                if item.waiter_fd and item.waiter_thread == me and item.waiter_fd - 1 not in _LIVE_WAITS
+                if item.waiter_fd and item.waiter_thread == me and item.waiter_fd - 1 not in LIVE_WAITS
             ]
         for item in items:
             wfd = item.waiter_fd - 1

@@ -702,7 +702,7 @@ def test_a_ctrl_c_as_a_result_wait_begins_leaves_the_result_to_others(monkeypatc
     thread's ``result()``, a done-callback and ``concurrent.futures.wait`` all
     see the result, and no pipe is left lent.  (A first version of the fix for
     the test above marked the wait live there and never cleared it.)"""
-    from interpexec import _waiting, _wakeup
+    from interpexec import _future, _waiting, _wakeup
 
     arrived_r, arrived_w = os.pipe()
     go_r, go_w = os.pipe()
@@ -730,7 +730,7 @@ def test_a_ctrl_c_as_a_result_wait_begins_leaves_the_result_to_others(monkeypatc
             assert got == ["value"]
             assert called.wait(30)
             assert cf.wait([fut], timeout=30).done == {fut}
-        assert not _wakeup.lent() and not _waiting._LIVE_WAITS
+        assert not _wakeup.lent() and not _future.LIVE_WAITS
     finally:
         for fd in (arrived_r, arrived_w, go_r, go_w):
             os.close(fd)
@@ -752,8 +752,24 @@ def _until(predicate, what, timeout=10.0):
         time.sleep(0.0005)
 
 
+def _nested_wait(fut, how):
+    """Wait for ``fut`` (10 s at most) the way ``how`` says; its value."""
+    if how == "result":
+        return fut.result(timeout=10)
+    if how == "exception":
+        return fut.exception(timeout=10)
+    if how == "wait":
+        done, _ = cf.wait([fut], timeout=10)
+        return fut.result(timeout=0) if done else "not done"
+    assert how == "as_completed"
+    return next(cf.as_completed([fut], timeout=10)).result(timeout=0)
+
+
+NESTED_WAITS = ["result", "exception", "wait", "as_completed"]
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("nested", ["result", "exception"])
+@pytest.mark.parametrize("nested", NESTED_WAITS)
 def test_a_signal_handler_waiting_for_the_future_the_main_thread_waits_for(nested):
     """A signal handler runs inside the main thread's own ``result()`` wait and
     waits for the same future.  The outer wait had the worker wake only its
@@ -767,7 +783,7 @@ def test_a_signal_handler_waiting_for_the_future_the_main_thread_waits_for(neste
         got = []
 
         def handler(signum, frame):
-            got.append(getattr(fut, nested)(timeout=10))
+            got.append(_nested_wait(fut, nested))
 
         def poke():
             item = pool._pool.inflight[fut._ie_tid]
@@ -781,16 +797,17 @@ def test_a_signal_handler_waiting_for_the_future_the_main_thread_waits_for(neste
         t = threading.Thread(target=poke)
         try:
             t.start()
-            outer = getattr(fut, nested)(timeout=30)
+            outer = fut.result(timeout=30)
         finally:
             t.join(timeout=10)
             signal.signal(signal.SIGUSR1, old)
-    assert got == [outer]
-    assert outer == ("done" if nested == "result" else None)
+    assert outer == "done"
+    assert got == [None if nested == "exception" else "done"]
 
 
 @pytest.mark.timeout(60)
-def test_a_done_callback_waiting_for_the_future_its_thread_waits_for():
+@pytest.mark.parametrize("nested", NESTED_WAITS)
+def test_a_done_callback_waiting_for_the_future_its_thread_waits_for(nested):
     """The same from a done-callback: a thread waiting for A delivers B's result
     (queued while the resolver was busy), and B's callback waits for A."""
     from interpexec import _compat
@@ -806,14 +823,14 @@ def test_a_done_callback_waiting_for_the_future_its_thread_waits_for():
         b = pool.submit(fh.ok, "b")
         qid = pool._pool.results.qid
         _until(lambda: _compat.queue_count(qid) > 0, "b's result queued")
-        nested, ran_in = [], []
+        waited, ran_in = [], []
 
         def on_b(f):
             ran_in.append(threading.current_thread())
             free_resolver.set()
             _until(lambda: _resolver_asleep(pool), "the resolver asleep")
             q.put("a")  # a finishes now; this wait must see it
-            nested.append(a.result(timeout=10))
+            waited.append(_nested_wait(a, nested))
 
         b.add_done_callback(on_b)
         outer = []
@@ -822,5 +839,5 @@ def test_a_done_callback_waiting_for_the_future_its_thread_waits_for():
         t.join(timeout=40)
         free_resolver.set()
     assert ran_in == [t]  # b's callback ran in the thread waiting for a
-    assert nested == ["a"]
+    assert waited == [None if nested == "exception" else "a"]
     assert outer == ["a"]
