@@ -137,9 +137,13 @@ class Waiting(Resolver):
                     if not wait(watch.fd, deadline, own_wfd=wfd):
                         return 0.0
         except BaseException:
-            # (A Ctrl-C that cut close() short at its start: abandon_waits, at the
-            # public entry point, must then take the registration over.)
+            # A Ctrl-C that cut close() short at its start (before it holds Ctrl-C
+            # back) left the registration and the pipe: close again (it does
+            # nothing if the first one ran).  Cut here too, the wait is no longer
+            # live, and abandon_waits, at the public entry point, takes the
+            # registration over while the task is in flight.
             LIVE_WAITS.pop(wfd, None)
+            watch.close()
             raise
         return timeout
 

@@ -736,6 +736,41 @@ def test_a_ctrl_c_as_a_result_wait_begins_leaves_the_result_to_others(monkeypatc
             os.close(fd)
 
 
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_as_a_finished_result_wait_closes_leaves_nothing_lent(monkeypatch):
+    """A Ctrl-C landing as ``result()``'s wait closes, its future done (injected
+    at the start of ``Watch.close``, before it holds Ctrl-C back): the wait's
+    registration and pipe are released all the same.  Before, the pipe stayed
+    lent for ever (two descriptors), and the task-id slot registered: the task
+    had left the pool's in-flight table, where the entry point's clean-up
+    looks."""
+    from interpexec import _future, _waiting, _wakeup
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.submit(fh.ok, 0).result(timeout=30)  # (the pool's own pipes are out)
+        lent_before = len(_wakeup.lent())
+        close = _waiting.Watch.close
+
+        def ctrl_c_then_close(self):
+            monkeypatch.setattr(_waiting.Watch, "close", close)  # (once)
+            raise KeyboardInterrupt
+
+        fut = ex.submit(fh.ok, "value")
+        monkeypatch.setattr(_waiting.Watch, "close", ctrl_c_then_close)
+        try:
+            value = fut.result(timeout=30)
+        except KeyboardInterrupt:
+            value = "interrupted"
+        if _waiting.Watch.close is close:  # the wait was registered, and cut
+            assert value == "interrupted"
+        assert fut.result(timeout=0) == "value"
+        assert len(_wakeup.lent()) == lent_before and not _future.LIVE_WAITS
+        layout, ctl = ex._pool.layout, ex._pool.ctl
+        assert not any(ctl[layout.waiter_fds : layout.waiter_fds + layout.nslots])
+        assert [ex.submit(fh.ok, i).result(timeout=30) for i in range(3)] == [0, 1, 2]
+    assert not _wakeup.lent()
+
+
 def _resolver_asleep(pool):
     from interpexec._transport import COLLECTOR_ASLEEP
 
