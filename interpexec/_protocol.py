@@ -27,7 +27,9 @@ Channels and their messages::
 
   command channel (one per worker; main -> that worker's watchdog)
       (INTERRUPT, tid)        stop task tid if it runs (one not started yet is
-                              skipped: the pool marks it in the control block)
+                              skipped: the pool marks it in the control block,
+                              and the worker, before it starts a task, reads
+                              these itself if its watchdog has not yet)
       (INTERRUPT, INIT_TID)   stop the initializer if it runs
       (CMD_STOP,)             the watchdog ends (sent by the worker itself)
 

@@ -35,7 +35,18 @@ import time
 
 from . import _compat
 from ._compat import RLock, get_ident
-from ._protocol import CMD_STOP, EV_INIT_FAILED, EV_STUCK, EVENT, INIT_TID, STOPPED, TIMEOUT, Interrupted, bare_report
+from ._protocol import (
+    CMD_STOP,
+    EV_INIT_FAILED,
+    EV_STUCK,
+    EVENT,
+    INIT_TID,
+    INTERRUPT,
+    STOPPED,
+    TIMEOUT,
+    Interrupted,
+    bare_report,
+)
 from ._transport import Channel
 from ._wakeup import MAX_POLL_MS, notify
 
@@ -54,6 +65,8 @@ _MAX_FAILURES = 100
 #: doubling each time up to REFIRE_MAX.
 REFIRE_FIRST = 0.05
 REFIRE_MAX = 1.0
+#: Interrupt requests a worker remembers for tasks not running in it.
+SKIPPED_MAX = 1024
 
 
 class TaskState:
@@ -63,6 +76,13 @@ class TaskState:
         self.control = control  # the control block (int64 view), where its
         self.stop_tids = stop_tids  # "interrupted" task ids start, and how many
         self.nslots = nslots
+        self.commands: Channel | None = None  # the watchdog's command channel (see begin)
+        # Tasks interrupt() was asked for while not running here (queued, or run
+        # by another worker): begin() skips them.  The pool's mark in the control
+        # block (above) is seen at once, but there is one per slot (tid % nslots):
+        # an interrupt of another queued task on the same slot replaces it.
+        # Insertion-ordered, the oldest dropped past SKIPPED_MAX.
+        self.skipped: dict[int, None] = {}
         # Re-entrant, and released by owner checks: an Interrupted can surface
         # right as the loop's acquire() returns (see finish_task).
         self.lock = RLock()
@@ -83,14 +103,44 @@ class TaskState:
     def begin(self, tid: int, timeout: float | None) -> bool:
         """Mark task ``tid`` running; False if it was interrupted while queued."""
         with self.lock:
-            if self.control is not None and tid > 0 and self.control[self.stop_tids + tid % self.nslots] == tid:
-                return False  # interrupted while queued (the pool marks it before telling the watchdog)
+            if tid > 0:
+                if self.control is not None and self.control[self.stop_tids + tid % self.nslots] == tid:
+                    return False  # interrupted while queued (the pool marks it before telling the watchdog)
+                if self.commands is not None and _compat.queue_count(self.commands.qid):
+                    self._take_interrupts()  # (the watchdog may not have read them yet)
+                if self.skipped.pop(tid, 0) is None:
+                    return False
             self.tid = tid
             self.fired = False
             self.stuck_reported = False
             self.timeout = timeout
             self.deadline = 0.0 if timeout is None else time.monotonic() + timeout
         return True
+
+    def note_interrupt(self, target: int) -> bool:
+        """Record an interrupt request for a task that is not the one running
+        (call with ``lock`` held); False if it is the running one."""
+        if self.tid == target:
+            return False
+        skipped = self.skipped
+        skipped[target] = None
+        if len(skipped) > SKIPPED_MAX:
+            del skipped[next(iter(skipped))]
+        return True
+
+    def _take_interrupts(self) -> None:
+        """In the loop's thread, about to start a task: take the queued commands,
+        record the interrupt requests, and put the others back for the watchdog
+        (with ``lock`` held: the watchdog handles commands under it too)."""
+        assert self.commands is not None
+        others = []
+        for cmd in self.commands.drain():
+            if cmd[0] == INTERRUPT and len(cmd) == 2 and cmd[1]:
+                self.note_interrupt(cmd[1])
+            else:
+                others.append(cmd)
+        for cmd in others:
+            self.commands.put(cmd)
 
 
 def interrupted_report(state: TaskState, tid: int) -> tuple[Any, ...]:
@@ -259,9 +309,9 @@ class Watchdog:
             target = cmd[1]
             if target:
                 with st.lock:
-                    # (A task not running yet is skipped by the loop itself:
-                    # TaskState.begin reads the pool's "interrupted" marks.)
-                    if st.tid == target and not st.fired:
+                    # (A task not running here yet is skipped by the loop itself:
+                    # TaskState.begin reads the pool's marks and these notes.)
+                    if not st.note_interrupt(target) and not st.fired:
                         self._fire(time.monotonic())
         with st.lock:
             now = time.monotonic()

@@ -158,9 +158,8 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     ctl = control.cast("q")
     layout = ControlLayout(settings.slots)
     state = TaskState(ctl, layout.stop_tids, layout.nslots)
-    watchdog = Watchdog(
-        state, Channel.from_spec(settings.commands), results, settings.index, settings.grace, settings.interrupt_pipe[1]
-    )
+    state.commands = commands = Channel.from_spec(settings.commands)
+    watchdog = Watchdog(state, commands, results, settings.index, settings.grace, settings.interrupt_pipe[1])
     INTERRUPT_FDS[state.thread_id] = settings.interrupt_pipe[0]
     _watch_swallowed_interrupts(state, watchdog)
     watchdog.start()

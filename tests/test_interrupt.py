@@ -253,3 +253,38 @@ def test_a_watchdog_that_cannot_interrupt_lives_on(signals):
         with pytest.raises(TimeoutError):
             ex.schedule(fh.spin_forever, timeout=0.2).result(timeout=20)
         assert ex.submit(fh.ok, 2).result(timeout=20) == 2
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("order", ["first, then second", "second, then first"])
+def test_two_queued_tasks_on_one_slot_interrupted_neither_runs(order):
+    """interrupt() of a queued task marks it in the control block, one mark per
+    slot (tid % nslots), and tells the workers' watchdogs.  Two queued tasks
+    whose ids share a slot (ids used up in between: calls that failed at
+    submit) both interrupted: the second mark replaced the first, and the first
+    task ran to its end, its value dropped into a cancelled future.  The
+    watchdogs now remember interrupted tasks not running in their worker."""
+    rfd, wfd = os.pipe()
+    try:
+        with InterpreterPoolExecutor(1) as ex, helpers.Gate() as gate:
+            nslots = ex._pool.layout.nslots
+            blocker = gate.submit(ex, "blocker")
+            gate.wait_arrived(1)
+            first = ex.submit(helpers.record, wfd, 1)
+            while True:  # use up ids: arguments that cannot be pickled fail at submit
+                failed = ex.submit(helpers.identity, threading.Lock())
+                assert isinstance(failed.exception(timeout=10), TypeError)
+                if failed._ie_tid == first._ie_tid + nslots - 1:
+                    break
+            second = ex.submit(helpers.record, wfd, 2)
+            assert second._ie_tid % nslots == first._ie_tid % nslots
+            pair = [first, second] if order == "first, then second" else [second, first]
+            assert [ex.interrupt(f) for f in pair] == [True, True]
+            gate.release(1)
+            assert blocker.result(timeout=30) == "blocker"
+            assert ex.submit(helpers.record, wfd, 3).result(timeout=30) == 3
+            assert first.cancelled() and second.cancelled()
+        assert os.read(rfd, 100) == b"\x03"  # only the last task ran
+    finally:
+        os.close(rfd)
+        os.close(wfd)
