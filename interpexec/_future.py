@@ -43,10 +43,12 @@ _PENDING, _RUNNING, _CANCELLED, _NOTIFIED = (
 )
 
 
-#: The ``result()`` waits in progress in any thread (inside their ``with``, until
-#: ``close``), by the write end of their pipe: ``_waiting.Watch`` objects.  See
-#: ``Waiting.abandon_waits`` and :class:`Waiters`.
-LIVE_WAITS: dict[int, Any] = {}
+#: The ``result()`` waits in progress, by thread, then by the write end of their
+#: pipe: ``_waiting.Watch`` objects, *live* from registration to deregistration
+#: (``Waiting.attach_waiter``/``detach_waiter``).  A wait is never taken for
+#: left behind while live (``Waiting.abandon_waits``), and code that runs
+#: inside it in the same thread can have it shared (:class:`Waiters`).
+LIVE_WAITS: dict[int, dict[int, Any]] = {}
 
 
 class Waiters(list):  # type: ignore[type-arg]
@@ -68,10 +70,11 @@ class Waiters(list):  # type: ignore[type-arg]
 
 def share_live_waits(wake: bool) -> None:
     """Have the workers of this thread's ``result()`` waits in progress wake the
-    resolver as well (a wait nested inside them relies on it)."""
-    me = get_ident()
-    for watch in list(LIVE_WAITS.values()):
-        watch.share(me, wake)
+    resolver as well (code running inside them may rely on it)."""
+    live = LIVE_WAITS.get(get_ident())
+    if live:
+        for watch in list(live.values()):
+            watch.share(wake)
 
 
 class PoolFuture(Future[T]):
@@ -96,6 +99,15 @@ class PoolFuture(Future[T]):
         self._ie_pool = pool
         self._ie_tid = tid
         self._ie_interrupt_on_cancel = interrupt_on_cancel
+
+    def _invoke_callbacks(self) -> None:
+        # A thread inside its own result() wait that runs done-callbacks (it
+        # delivers results while it waits): a callback may hand a wait for that
+        # very future to another thread and wait for it; the worker must then
+        # wake the resolver, not only this thread.
+        if LIVE_WAITS and self._done_callbacks:
+            share_live_waits(wake=True)
+        super()._invoke_callbacks()  # type: ignore[misc]
 
     def cancel(self) -> bool:
         """Standard: cancels only work no worker has taken yet.  On a pool created

@@ -48,10 +48,13 @@ class Watch:
         "future": "The future watched.",
     }
 
-    def __init__(self, pool: Waiting, future: PoolFuture[Any], item: WorkItem, pipe: tuple[int, int]) -> None:
-        self._pool, self.future, self._item = pool, future, item
-        self._pipe: tuple[int, int] | None = pipe
-        self.fd = pipe[0]
+    def __init__(self, pool: Waiting, future: PoolFuture[Any]) -> None:
+        # Holds nothing yet (Waiting.watch borrows the pipe and registers): an
+        # exception between any two steps there leaves a state close() undoes.
+        self._pool, self.future = pool, future
+        self._item: WorkItem | None = None
+        self._pipe: tuple[int, int] | None = None
+        self.fd = -1
 
     def check(self) -> bool:
         """Read the wake-up and deliver every queued result (in this thread); True
@@ -63,21 +66,23 @@ class Watch:
     def close(self) -> None:
         """Deregister (the resolver delivers the result if nobody else did).  A
         Ctrl-C is held back over it: cut short, it would leave the waiter slot
-        registered and the pipe lent for ever."""
+        registered and the pipe lent for ever.  (Another signal's handler may
+        run here: the registration stays live until ``detach_waiter`` ends it,
+        so that a pool call failing in that handler does not take it.)"""
         with defer_sigint() if is_main_thread() else NOT_DEFERRED:
             pipe, self._pipe = self._pipe, None
             if pipe is not None:
-                LIVE_WAITS.pop(pipe[1], None)
-                self._pool.detach_waiter(self._item, pipe[1])
+                if self._item is not None:
+                    self._pool.detach_waiter(self._item, pipe[1])
                 give_back(pipe)
 
-    def share(self, thread: int, wake: bool) -> None:
-        """If ``thread`` is the one waiting here: a wait nested inside this one
-        (see ``_future.Waiters``) relies on the resolver, so have the worker wake
-        it too (as for an event loop's watch); with ``wake``, wake it now if a
-        result is queued (the worker may have read the registration before this
-        change: its result is then in)."""
-        if self._pipe is not None and self._item.waiter_thread == thread:
+    def share(self, wake: bool) -> None:
+        """A wait nested inside this one (see ``_future.Waiters``), or code this
+        thread runs while it delivers, relies on the resolver: have the worker
+        wake it too (as for an event loop's watch); with ``wake``, wake it now
+        if a result is queued (the worker may have read the registration before
+        this change: its result is then in).  Called by the waiting thread."""
+        if self._item is not None:  # (registered, even if close() has begun)
             self._pool.share_registration(self._item, wake)
 
     def __enter__(self) -> Watch:
@@ -93,17 +98,26 @@ class Waiting(Resolver):
         """A :class:`Watch` for ``fut``, or None when ``fut`` is not in a worker's
         hands yet (queued, or done), another thread watches it already, or too
         many watches are out: then the resolver delivers it, and a done-callback
-        or the future's own wait is the way to learn of it."""
+        or the future's own wait is the way to learn of it.
+
+        With ``thread`` (a thread about to block in ``result()``), the watch is
+        *live* from the moment it is registered until it is deregistered (see
+        ``_future.LIVE_WAITS``)."""
         if not isinstance(fut, PoolFuture) or fut._ie_pool is not self:
             return None
-        pipe = try_borrow()
-        if pipe is None:
-            return None
-        item = self.attach_waiter(fut, pipe[1], thread)
-        if item is None:
-            give_back(pipe)
-            return None
-        return Watch(self, fut, item, pipe)
+        watch = Watch(self, fut)
+        try:
+            pipe = watch._pipe = try_borrow()
+            if pipe is None:
+                return None
+            watch.fd = pipe[0]
+            if not self.attach_waiter(fut, watch, thread):
+                watch.close()
+                return None
+        except BaseException:  # (a Ctrl-C): undo whatever was done
+            watch.close()
+            raise
+        return watch
 
     def wait_for(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
         """Block until ``fut`` is done (or ``timeout``), collecting results in this
@@ -116,7 +130,7 @@ class Waiting(Resolver):
             return self._resolve_until(fut, timeout)
         watch = self.watch(fut, me)
         if watch is None:
-            if LIVE_WAITS:  # nested in this thread's own wait? (it may be for fut)
+            if me in LIVE_WAITS:  # nested in this thread's own wait (it may be for fut)
                 share_live_waits(wake=False)  # (the collect below finds what raced it)
             # Its result may be taken already (the resolver busy in a callback, or
             # a Ctrl-C that cut a take short): deliver what is there, here.
@@ -125,24 +139,19 @@ class Waiting(Resolver):
             if is_main_thread():
                 return self._wait_done(fut, timeout)
             return timeout  # the resolver delivers it, and the standard Condition wait serves it
-        deadline = None if timeout is None else time.monotonic() + timeout
-        wfd = watch._pipe[1] if watch._pipe else -1  # (only this thread reads the pipe)
+        # (Nothing between the assignment above and this try can raise: no call,
+        # no backward jump, so no signal handler runs.)
         try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            wfd = watch._pipe[1] if watch._pipe else -1  # (only this thread reads the pipe)
             with watch:
-                # Live from here until close(): not "left behind" for abandon_waits,
-                # which a call of the pool made inside this wait (a done-callback or
-                # a signal handler, while it delivers) runs if that call fails.
-                LIVE_WAITS[wfd] = watch
                 while not watch.check():
                     if not wait(watch.fd, deadline, own_wfd=wfd):
                         return 0.0
         except BaseException:
-            # A Ctrl-C that cut close() short at its start (before it holds Ctrl-C
-            # back) left the registration and the pipe: close again (it does
-            # nothing if the first one ran).  Cut here too, the wait is no longer
-            # live, and abandon_waits, at the public entry point, takes the
-            # registration over while the task is in flight.
-            LIVE_WAITS.pop(wfd, None)
+            # (A Ctrl-C that cut close() short at its start, before it holds
+            # Ctrl-C back, left the registration and the pipe: close again; it
+            # does nothing if the first one ran.)
             watch.close()
             raise
         return timeout
@@ -219,30 +228,36 @@ class Waiting(Resolver):
                 ctl[COLLECTOR_ASLEEP] = 0
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    def attach_waiter(self, fut: PoolFuture[Any], wfd: int, thread: int = 0) -> WorkItem | None:
-        """Have the worker that finishes ``fut`` write a byte to ``wfd`` (a pipe that
-        ``thread`` blocks on, or with ``thread=0`` one an event loop watches);
-        whoever else handles the result writes it instead, unless that is
-        ``thread`` itself.  The waiter then calls :meth:`collect`.  None when
+    def attach_waiter(self, fut: PoolFuture[Any], watch: Watch, thread: int = 0) -> bool:
+        """Have the worker that finishes ``fut`` write a byte to ``watch``'s pipe
+        (one ``thread`` blocks on, or with ``thread=0`` one an event loop
+        watches); whoever else handles the result writes it instead, unless that
+        is ``thread`` itself.  The waiter then calls :meth:`collect`.  False when
         ``fut`` is not in a worker's hands yet, or its slot is taken.  After
-        attaching, call :meth:`collect` once before waiting (the result may already
-        be queued), and :meth:`detach_waiter` with the returned item when done."""
+        attaching, call :meth:`collect` once before waiting (the result may
+        already be queued), and close the watch when done."""
+        assert watch._pipe is not None
+        wfd = watch._pipe[1]
         tid = fut._ie_tid
         slot = tid % self.layout.nslots
         fds, tids = self.layout.waiter_fds + slot, self.layout.waiter_tids + slot
         with self.lock:
             item = self.inflight.get(tid)
             if item is None or item.waiter_fd or self.ctl[fds]:
-                return None
+                return False
+            watch._item = item  # (first: whatever follows, close() undoes)
             item.waiter_thread = thread
             item.waiter_fd = wfd + 1
+            if thread:  # live until detach_waiter: see _future.LIVE_WAITS
+                LIVE_WAITS.setdefault(thread, {})[wfd] = watch
             self.ctl[tids] = tid  # (the id first: a worker checks it after the fd)
             # Negative for a watch (thread 0), which may never look: its worker
             # then wakes the resolver too, so that the result is delivered anyway.
             self.ctl[fds] = wfd + 1 if thread else -(wfd + 1)
-        return item
+        return True
 
     def detach_waiter(self, item: WorkItem, wfd: int) -> None:
+        """Deregister the pipe ``wfd`` (in the thread that registered it)."""
         fds = self.layout.waiter_fds + item.tid % self.layout.nslots
         # (No lock: only this thread can have put wfd there, and no other thread
         # can take the slot while it holds it.)
@@ -250,6 +265,9 @@ class Waiting(Resolver):
             self.ctl[fds] = 0
         if item.waiter_fd == wfd + 1:
             item.waiter_fd = 0
+        live = LIVE_WAITS.get(threading.get_ident())
+        if live is not None and live.pop(wfd, None) is not None and not live:
+            del LIVE_WAITS[threading.get_ident()]
         # A worker may have woken only us: unless our result is in, the resolver
         # takes over (it collects whatever is queued).
         if item.future._state in WAITABLE:
@@ -269,11 +287,12 @@ class Waiting(Resolver):
         which refused) is not left behind: taking its pipe made it sleep on a pipe
         nobody writes to, and gave the pipe back twice."""
         me = threading.get_ident()
+        live = LIVE_WAITS.get(me, {})
         with self.lock:
             items = [
                 item
                 for item in self.inflight.values()
-                if item.waiter_fd and item.waiter_thread == me and item.waiter_fd - 1 not in LIVE_WAITS
+                if item.waiter_fd and item.waiter_thread == me and item.waiter_fd - 1 not in live
             ]
         for item in items:
             wfd = item.waiter_fd - 1

@@ -876,3 +876,114 @@ def test_a_done_callback_waiting_for_the_future_its_thread_waits_for(nested):
     assert ran_in == [t]  # b's callback ran in the thread waiting for a
     assert waited == [None if nested == "exception" else "a"]
     assert outer == ["a"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["as the wait registers", "as the wait closes"])
+def test_a_signal_handler_inside_a_result_wait_that_is_not_waiting_yet_or_any_more(where, monkeypatch):
+    """A signal handler that runs inside the main thread's ``result()`` wait
+    while its pipe is registered but the wait is not polling it (right after
+    registering, or in ``close()`` before deregistering) and waits for the same
+    future.  Before: that registration was not yet (no longer) "live", so the
+    nested wait was not shared (it ran out its timeout), and its TimeoutError
+    made the pool take the outer registration for left behind and give its pipe
+    back, which close() then gave back again: one pipe twice on the free list
+    (EBADF later, or two waits sharing a pipe)."""
+    from interpexec import _future, _waiting, _wakeup
+
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(2) as pool:
+        pool.prestart()
+        fut = pool.submit(fh.block_on_queue, q)
+        got = []
+
+        def handler(signum, frame):
+            if where == "as the wait registers":
+                q.put("done")  # the task may finish now: this wait must see it
+            got.append(fut.result(timeout=10))
+
+        if where == "as the wait registers":
+            enter = _waiting.Watch.__enter__
+
+            def enter_with_signal(self):
+                monkeypatch.setattr(_waiting.Watch, "__enter__", enter)  # (once)
+                os.kill(os.getpid(), signal.SIGUSR1)  # runs at the next check
+                return enter(self)
+
+            monkeypatch.setattr(_waiting.Watch, "__enter__", enter_with_signal)
+        else:
+            detach = type(pool._pool).detach_waiter
+
+            def detach_with_signal(item, wfd):
+                del pool._pool.detach_waiter  # (once)
+                q.put("done")
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return detach(pool._pool, item, wfd)
+
+            pool._pool.detach_waiter = detach_with_signal
+        old = signal.signal(signal.SIGUSR1, handler)
+        try:
+            # (As the wait closes: it timed out, the task held until the q.put
+            # in the patched deregistration; the handler's wait, run there, ends
+            # with the task, before the outer one looks a last time.)
+            outer = fut.result(timeout=30 if where == "as the wait registers" else 0.05)
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+        assert got == ["done"] and outer == "done"
+        assert not _wakeup.lent() and not _future.LIVE_WAITS
+        free = list(_wakeup._free)
+        assert len(free) == len(set(free))  # no pipe twice on the free list
+        assert [pool.submit(fh.ok, i).result(timeout=30) for i in range(3)] == [0, 1, 2]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nested", ["result", "wait"])
+def test_a_done_callback_handing_the_wait_for_its_threads_future_to_another_thread(nested):
+    """A thread waiting for A delivers B's result; B's done-callback has another
+    thread wait for A and waits for it.  A's worker woke only the first thread
+    (busy in the callback): the other thread's wait, relying on the resolver,
+    ran out its timeout (without one: a deadlock).  A thread now shares its
+    registrations before it runs done-callbacks."""
+    from interpexec import _compat
+
+    q = interpexec.Queue()
+    resolver_busy, free_resolver = threading.Event(), threading.Event()
+    helper = cf.ThreadPoolExecutor(1)
+    try:
+        with InterpreterPoolExecutor(3) as pool:
+            pool.prestart()
+            c = pool.submit(fh.ok, "c")
+            c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
+            assert resolver_busy.wait(10)
+            a = pool.submit(fh.block_on_queue, q)
+            b = pool.submit(fh.ok, "b")
+            qid = pool._pool.results.qid
+            _until(lambda: _compat.queue_count(qid) > 0, "b's result queued")
+
+            def wait_for_a():
+                return _nested_wait(a, nested)
+
+            got, ran_in = [], []
+
+            def on_b(f):
+                ran_in.append(threading.current_thread())
+                free_resolver.set()
+                _until(lambda: _resolver_asleep(pool), "the resolver asleep")
+                h = helper.submit(wait_for_a)
+                _until(
+                    lambda: a._waiters or a._condition._waiters,  # (its wait began)
+                    "the other thread waiting",
+                )
+                q.put("a")
+                got.append(h.result(timeout=20))
+
+            b.add_done_callback(on_b)
+            outer = []
+            t = threading.Thread(target=lambda: outer.append(a.result(timeout=30)))
+            t.start()
+            t.join(timeout=40)
+            free_resolver.set()
+    finally:
+        helper.shutdown()
+    assert ran_in == [t]
+    assert got == ["a"] and outer == ["a"]
