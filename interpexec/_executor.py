@@ -219,6 +219,8 @@ class InterpreterPoolExecutor(Executor):
                         failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
                 if msg is not None and failed:
                     pool.fail_items(failed)  # (outside the lock: callbacks may run)
+            if starting:
+                pool.after_start()  # (none could start: the pool breaks, this future fails)
             if msg is not None:
                 return fut
             # Could not be encoded: fail this future only.

@@ -29,10 +29,36 @@ class Workers(Dispatcher):
         self.started = True
         while self.active < self.max_workers and self.free_slots and self.broken is None:
             slot = self.free_slots.pop()
-            w = Worker(self, slot, f"{self.thread_name_prefix}_{slot}", self.sys_path, self.control_view, self.layout)
+            try:
+                name = f"{self.thread_name_prefix}_{slot}"
+                w = Worker(self, slot, name, self.sys_path, self.control_view, self.layout)
+            except Exception as exc:  # out of descriptors: as below
+                self.free_slots.append(slot)
+                self.start_error = exc
+                return
             self.workers[slot] = w
             self.active += 1
-            w.start()
+            try:
+                w.start()
+            except Exception as exc:  # no thread (the thread limit; the interpreter exiting)
+                del self.workers[slot]
+                self.free_slots.append(slot)
+                self.active -= 1
+                w.discard()
+                # With other workers the pool goes on with fewer (the next start
+                # tries again); with none it cannot run anything: the caller
+                # breaks it once the lock is released (see after_start).
+                self.start_error = exc
+                return
+
+    def after_start(self) -> None:
+        """After a start of workers, with the lock released: a pool none of whose
+        workers could start breaks (its futures fail with BrokenInterpreterPool,
+        as ProcessPoolExecutor's do when its processes cannot start), rather than
+        keep work that nothing will ever run (``shutdown()`` would wait for ever)."""
+        error = self.start_error
+        if error is not None and self.active == 0 and self.broken is None:
+            self.set_broken(f"A worker thread could not be started, the pool is not usable anymore: {error}", error)
 
     def settings_for(self, worker: Worker) -> WorkerSettings:
         return WorkerSettings(
@@ -57,6 +83,7 @@ class Workers(Dispatcher):
         with defer_sigint(), self.lock:  # (see start_locked)
             self.check_usable_locked()
             self.start_locked()
+        self.after_start()
         with self.lock:
             if wait:
                 while self.broken is None and not self._all_ready_locked():
@@ -93,6 +120,7 @@ class Workers(Dispatcher):
             failed = self.dispatch_locked() if self.shutdown_flag and self.started else []
             self.ready.notify_all()
         self.fail_items(failed)
+        self.after_start()
         self.after_worker_exit()
 
     def take_results(self) -> bool:
@@ -117,6 +145,7 @@ class Workers(Dispatcher):
                 failed = self.dispatch_locked()
             self.ready.notify_all()
         self.fail_items(failed)
+        self.after_start()
         if why:
             warnings.warn(why, RuntimeWarning, stacklevel=1)
 

@@ -169,6 +169,7 @@ class PoolState:
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
         self.completed = 0
+        self.start_error: Exception | None = None  # why the last worker start failed
         self.collect_lock = threading.RLock()
         self.dispatching: WorkItem | None = None  # the last item dispatch took from pending
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet

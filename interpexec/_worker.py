@@ -95,6 +95,12 @@ class Worker:
     def start(self) -> None:
         self.thread.start()
 
+    def discard(self) -> None:
+        """Release what __init__ made, for a worker whose thread never started."""
+        self.commands.close()
+        for fd in self.interrupt_pipe:
+            os.close(fd)
+
     def interrupt(self, tid: int) -> None:
         """Ask this worker's watchdog to stop task ``tid`` (call under the pool's
         lock: the worker closes its command channel under it too)."""

@@ -987,3 +987,44 @@ def test_a_done_callback_handing_the_wait_for_its_threads_future_to_another_thre
         helper.shutdown()
     assert ran_in == [t]
     assert got == ["a"] and outer == ["a"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("can_start", [0, 1])
+def test_worker_threads_that_cannot_start(can_start, monkeypatch):
+    """Thread.start() raising (the thread limit, or the interpreter exiting: what
+    CPython's test_python_finalization_error injects).  Before, the worker stayed
+    counted: submit() raised a bare RuntimeError and shutdown(wait=True) then
+    waited for ever for a thread that never ran.  Now a pool with no worker
+    running breaks (BrokenInterpreterPool, a BrokenProcessPool, as
+    ProcessPoolExecutor's does); one with some goes on with fewer."""
+    from interpexec import _wakeup, _worker
+
+    fds_before = len(os.listdir("/proc/self/fd"))
+    start, started = _worker.Worker.start, []
+
+    def start_some(self):
+        if len(started) >= can_start:
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+        started.append(self)
+        start(self)
+
+    monkeypatch.setattr(_worker.Worker, "start", start_some)
+    ex = InterpreterPoolExecutor(2)
+    try:
+        if can_start:
+            assert list(ex.map(fh.ok, range(10))) == list(range(10))
+            assert ex.submit(fh.ok, "more").result(timeout=30) == "more"
+        else:
+            with pytest.raises(BrokenInterpreterPool, match="could not be started"):
+                list(ex.map(fh.ok, range(10)))
+            with pytest.raises(BrokenInterpreterPool):
+                ex.submit(fh.ok, 1)
+    finally:
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (ex.shutdown(wait=True), done.set()), daemon=True)
+        t.start()
+        assert done.wait(20), "shutdown(wait=True) did not return"
+    assert not _wakeup.lent()
+    if not can_start:
+        assert len(os.listdir("/proc/self/fd")) <= fds_before  # the unstarted workers' pipes closed
