@@ -158,6 +158,26 @@ def test_failing_initializer_fails_every_pending_future_and_later_submits():
         ex.shutdown(wait=True, cancel_futures=True)
 
 
+@pytest.mark.timeout(90)
+def test_failing_initializer_is_logged_as_the_standard_pools_log_it(caplog):
+    """ProcessPoolExecutor's and ThreadPoolExecutor's workers log CRITICAL
+    "Exception in initializer:" with the traceback on the ``concurrent.futures``
+    logger (CPython's own test_init asserts it); so does the pool, in the main
+    interpreter, once per worker whose initializer failed."""
+    message = "init went wrong, logged"
+    with caplog.at_level(logging.CRITICAL, logger="concurrent.futures"):
+        ex = InterpreterPoolExecutor(2, initializer=helpers.init_fail, initargs=(message,))
+        try:
+            with pytest.raises(BrokenInterpreterPool):
+                ex.submit(helpers.square, 1).result(timeout=30)
+        finally:
+            ex.shutdown(wait=True)
+    records = [r for r in caplog.records if r.name == "concurrent.futures"]
+    assert records and all(r.getMessage() == "Exception in initializer:" for r in records)
+    assert all(r.levelno == logging.CRITICAL and r.exc_info for r in records)
+    assert message in caplog.text  # the exception, with the worker's traceback
+
+
 # ====================================================================== map timeout
 
 
