@@ -116,3 +116,33 @@ def _pickle_by_value(fn: Any, why: str) -> bytes:
             "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
         ) from None
     return bytes(cloudpickle.dumps(fn, protocol=5))
+
+
+_proxy_pickler: Any = None
+
+
+def dumps_with_proxies(obj: Any, buffer_callback: Any) -> bytes:
+    """Pickle ``obj`` (protocol 5) whose values include ``multiprocessing``
+    manager proxies.  A proxy unpickled in a worker connects to its manager
+    with the current process's authentication key, which a worker interpreter
+    does not share with the main one (``multiprocessing`` draws a random key
+    per interpreter): each proxy carries its own key, as it does when
+    ``multiprocessing`` sends it to a child process it spawns."""
+    global _proxy_pickler
+    if _proxy_pickler is None:
+        import pickle
+        from multiprocessing.managers import BaseProxy
+
+        class ProxyPickler(pickle.Pickler):
+            def reducer_override(self, o: Any) -> Any:
+                if not isinstance(o, BaseProxy):
+                    return NotImplemented
+                rebuild, (cls, token, serializer, kwds) = o.__reduce__()
+                return rebuild, (cls, token, serializer, {**kwds, "authkey": bytes(o._authkey)})
+
+        _proxy_pickler = ProxyPickler
+    import io
+
+    out = io.BytesIO()
+    _proxy_pickler(out, protocol=5, buffer_callback=buffer_callback).dump(obj)
+    return out.getvalue()

@@ -132,7 +132,12 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     buffers: list[PickleBuffer] = []
     if _has_bytearray(obj):
         obj = _wrap_bytearrays(obj)
-    data = _compat.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    if _MANAGERS in _modules and _has_proxy(obj, _modules[_MANAGERS].BaseProxy):
+        from ._pickling import dumps_with_proxies  # (main side: arguments)
+
+        data = dumps_with_proxies(obj, buffers.append)
+    else:
+        data = _compat.dumps(obj, protocol=5, buffer_callback=buffers.append)
     if not buffers:
         return (PICKLED, data)
     if share_buffers:
@@ -142,6 +147,22 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     else:
         views = tuple(bytes(b.raw()) for b in buffers)
     return (PICKLED, data, views)
+
+
+_MANAGERS = "multiprocessing.managers"
+_modules = sys.modules
+
+
+def _has_proxy(obj: Any, proxy_type: type, depth: int = 3) -> bool:
+    """A ``multiprocessing`` manager proxy among the values, a few levels down
+    (the shapes arguments take: a call's ``(args, kwargs items)``)."""
+    if isinstance(obj, proxy_type):
+        return True
+    if depth and type(obj) in (tuple, list):
+        return any(_has_proxy(x, proxy_type, depth - 1) for x in obj)
+    if depth and type(obj) is dict:
+        return any(_has_proxy(x, proxy_type, depth - 1) for x in obj.values())
+    return False
 
 
 def _has_bytearray(obj: Any) -> bool:

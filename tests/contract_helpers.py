@@ -76,3 +76,14 @@ def interp_id():
     import _interpreters
 
     return int(_interpreters.get_current()[0])
+
+
+def set_in_proxy(d, key, value):
+    """Store into a multiprocessing manager's dict proxy; its size after."""
+    d[key] = value
+    return len(d)
+
+
+def set_event_proxy(ev):
+    ev.set()
+    return ev.is_set()

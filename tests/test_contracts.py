@@ -294,3 +294,27 @@ def test_importing_numpy_in_a_worker_fails_clearly_and_the_pool_goes_on(make_poo
     # The same worker (same interpreter) runs the next task.
     assert ex.submit(ch.interp_id).result(timeout=30) == interp
     assert ex.submit(helpers.square, 7).result(timeout=30) == 49
+
+
+# ============================================================ manager proxies
+
+
+@pytest.mark.timeout(90)
+def test_multiprocessing_manager_proxies_work_as_arguments():
+    """A ``multiprocessing.Manager`` proxy passed to a task (a ProcessPoolExecutor
+    idiom; CPython's test_ressources_gced_in_workers passes one): a worker
+    interpreter has its own random ``multiprocessing`` authentication key, so the
+    proxy's connection to its manager was refused ("digest sent was rejected").
+    Proxies now carry their key, as they do to a spawned child process."""
+    mgr = multiprocessing.get_context("spawn").Manager()
+    try:
+        d, ev = mgr.dict(a=1), mgr.Event()
+        with InterpreterPoolExecutor(2) as ex:
+            assert ex.submit(ch.set_in_proxy, d, "b", 2).result(timeout=60) == 2
+            assert ex.submit(ch.set_event_proxy, ev).result(timeout=60) is True
+            assert ex.submit(ch.set_in_proxy, d=d, key="c", value=3).result(timeout=60) == 3
+            assert [ex.submit(ch.set_in_proxy, d, f"k{i}", i).result(timeout=60) for i in range(2)] == [4, 5]
+        assert dict(d) == {"a": 1, "b": 2, "c": 3, "k0": 0, "k1": 1}
+        assert ev.is_set()
+    finally:
+        mgr.shutdown()
