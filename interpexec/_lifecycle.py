@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 class Workers(Dispatcher):
     def start_locked(self) -> None:
         self.started = True
+        self.start_error = None  # (only this start's failure counts: see after_start)
         while self.active < self.max_workers and self.free_slots and self.broken is None:
             slot = self.free_slots.pop()
             try:
@@ -56,7 +57,7 @@ class Workers(Dispatcher):
         workers could start breaks (its futures fail with BrokenInterpreterPool,
         as ProcessPoolExecutor's do when its processes cannot start), rather than
         keep work that nothing will ever run (``shutdown()`` would wait for ever)."""
-        error = self.start_error
+        error, self.start_error = self.start_error, None
         if error is not None and self.active == 0 and self.broken is None:
             self.set_broken(f"A worker thread could not be started, the pool is not usable anymore: {error}", error)
 
@@ -115,8 +116,15 @@ class Workers(Dispatcher):
                 # (a worker retired just after its last check may still take a STOP
                 # meant for another: dispatch below sends a new one if so)
                 self.stops_sent -= 1
-            if how == "idle" and (self.inflight or self.pending) and self.broken is None:
-                self.start_locked()  # work arrived as it left
+            if (
+                (how == "idle" or worker.retired)
+                and (self.inflight or self.pending)
+                and self.broken is None
+                and self.active < self.max_workers
+            ):
+                # Work arrived as it left; or a retired worker's slot is free at
+                # last (every slot held by retired workers, none could start).
+                self.start_locked()
             failed = self.dispatch_locked() if self.shutdown_flag and self.started else []
             self.ready.notify_all()
         self.fail_items(failed)

@@ -323,13 +323,13 @@ class Resolver(Workers):
                 self.ready.notify_all()
         elif event == EV_INIT_FAILED:
             error = unpack_exception(data)
-            # As ProcessPoolExecutor's and ThreadPoolExecutor's workers do (a
-            # handler of the user's may raise: said on stderr, the pool breaks anyway).
+            self.set_broken("A worker initializer failed, the pool is not usable anymore", error)
+            # Logged as ProcessPoolExecutor's and ThreadPoolExecutor's workers do,
+            # once the pool is broken (whatever a handler of the user's does).
             try:
                 _base.LOGGER.critical("Exception in initializer:", exc_info=error)
             except Exception as exc:
                 _report("a logging handler raised while logging a failed initializer", exc)
-            self.set_broken("A worker initializer failed, the pool is not usable anymore", error)
         elif event == EV_STUCK:
             self.retire(slot)
         elif event == EV_THREADS_LEFT:

@@ -149,6 +149,7 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     return (PICKLED, data, views)
 
 
+_TAKEN: Any = object()  # (what Channel.drain's get returns from an emptied queue)
 _MANAGERS = "multiprocessing.managers"
 _modules = sys.modules
 
@@ -307,12 +308,16 @@ class Channel:
 
     def drain(self) -> list[Any]:
         """Take every item now queued (checking the count first is much cheaper than
-        the exception an empty get raises)."""
+        the exception an empty get raises).  Another thread may take some of them
+        meanwhile (a worker's loop and its watchdog both read its commands)."""
         qid = self.qid
-        out = []
+        out: list[Any] = []
         while n := _compat.queue_count(qid):
             for _ in range(n):
-                out.append(_compat.queue_get(qid))
+                item = _compat.queue_get(qid, _TAKEN)
+                if item is _TAKEN:
+                    return out
+                out.append(item)
         return out
 
     def close(self) -> None:

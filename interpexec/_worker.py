@@ -80,7 +80,11 @@ class Worker:
         self.commands = Channel()
         # Written by the watchdog inside this worker's interpreter only: closed
         # when the thread ends, after the interpreter is gone.
-        self.interrupt_pipe = os.pipe()
+        try:
+            self.interrupt_pipe = os.pipe()
+        except BaseException:  # (out of descriptors): nothing made is kept
+            self.commands.close()
+            raise
         os.set_blocking(self.interrupt_pipe[1], False)
         self.handoff = 0
         self.sys_path = sys_path

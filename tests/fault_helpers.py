@@ -167,3 +167,9 @@ def import_module(name):
 
     importlib.import_module(name)
     return name
+
+
+def sleep_in_c(seconds):
+    """Blocks in C (time.sleep): a deadline retires its worker at once."""
+    time.sleep(seconds)
+    return seconds

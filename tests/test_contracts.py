@@ -178,6 +178,32 @@ def test_failing_initializer_is_logged_as_the_standard_pools_log_it(caplog):
     assert message in caplog.text  # the exception, with the worker's traceback
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("raises", [ValueError, SystemExit])
+def test_a_failing_initializer_breaks_the_pool_whatever_the_log_handler_does(raises):
+    """A handler on the ``concurrent.futures`` logger that raises (even
+    SystemExit) while the pool logs its failed initializer: the pool breaks all
+    the same (it used to log first, and a handler raising anything but an
+    Exception left the future running for ever)."""
+
+    class Raising(logging.Handler):
+        def emit(self, record):
+            raise raises("a handler of the user's")
+
+    logger = logging.getLogger("concurrent.futures")
+    handler = Raising()
+    logger.addHandler(handler)
+    try:
+        ex = InterpreterPoolExecutor(2, initializer=helpers.init_fail, initargs=("init failed",))
+        try:
+            with pytest.raises(BrokenInterpreterPool):
+                ex.submit(helpers.square, 1).result(timeout=30)
+        finally:
+            ex.shutdown(wait=True)
+    finally:
+        logger.removeHandler(handler)
+
+
 # ====================================================================== map timeout
 
 

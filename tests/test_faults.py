@@ -1028,3 +1028,67 @@ def test_worker_threads_that_cannot_start(can_start, monkeypatch):
     assert not _wakeup.lent()
     if not can_start:
         assert len(os.listdir("/proc/self/fd")) <= fds_before  # the unstarted workers' pipes closed
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_once_could_not_start_does_not_break_the_pool_later(monkeypatch):
+    """A failed start is forgotten once a later start succeeds: it used to stay
+    recorded, and the pool broke when its workers later left it idle (or after
+    a clean shutdown) as if none could start."""
+    from interpexec import _worker
+
+    start, calls = _worker.Worker.start, []
+
+    def start_second_fails_once(self):
+        calls.append(self)
+        if len(calls) == 2:
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(_worker.Worker, "start", start_second_fails_once)
+    with InterpreterPoolExecutor(2, idle_timeout=0.05) as ex:
+        assert ex.submit(fh.ok, 1).result(timeout=30) == 1
+        assert ex.submit(fh.ok, 2).result(timeout=30) == 2
+        _until(lambda: ex._pool.active == 0, "the workers gone idle")
+        assert ex.submit(fh.ok, 3).result(timeout=30) == 3  # not broken
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_cannot_get_its_pipes_leaks_nothing(monkeypatch):
+    """Out of descriptors while a worker is made (its command channel made, its
+    interrupt pipe not): the pool goes on with the workers it has, and each
+    later attempt must not leak the half-made worker's channel and pipes."""
+    import errno
+
+    from interpexec import _compat, _worker
+
+    with InterpreterPoolExecutor(4) as ex:
+        made = []
+        real_pipe, init = os.pipe, _worker.Worker.__init__
+
+        def init_then_fail(self, *args, **kwargs):
+            made.append(self)
+            if len(made) <= 2:
+                return init(self, *args, **kwargs)
+            calls = []
+
+            def pipe():  # the channel's pipe, then none
+                calls.append(1)
+                if len(calls) > 1:
+                    raise OSError(errno.EMFILE, "Too many open files")
+                return real_pipe()
+
+            monkeypatch.setattr(_worker.os, "pipe", pipe)
+            try:
+                return init(self, *args, **kwargs)
+            finally:
+                monkeypatch.setattr(_worker.os, "pipe", real_pipe)
+
+        monkeypatch.setattr(_worker.Worker, "__init__", init_then_fail)
+        assert ex.submit(fh.ok, 0).result(timeout=30) == 0
+        fds, queues = len(os.listdir("/proc/self/fd")), len(_compat._interpqueues.list_all())
+        assert [ex.submit(fh.ok, i).result(timeout=30) for i in range(50)] == list(range(50))
+        assert ex._pool.active == 2 and len(made) > 10  # (each submit tried again)
+        # (At most: earlier tests' pools may still be closing theirs.)
+        assert len(os.listdir("/proc/self/fd")) <= fds
+        assert len(_compat._interpqueues.list_all()) <= queues

@@ -288,3 +288,40 @@ def test_two_queued_tasks_on_one_slot_interrupted_neither_runs(order):
     finally:
         os.close(rfd)
         os.close(wfd)
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupt_storm_leaves_the_pool_working():
+    """Seeded: bursts of short tasks, about half interrupted at once, on a
+    2-worker pool.  A worker reads its queued commands itself before it starts a
+    task (d68aea7) while its watchdog reads them too: a get that lost that race
+    returned None and killed the worker (BrokenInterpreterPool within seconds)."""
+    import time
+
+    rng = random.Random(20261205)
+    end = time.monotonic() + 8  # (bounded: the race needed 0.5 to 5 s to show)
+    with InterpreterPoolExecutor(2) as ex:
+        while time.monotonic() < end:
+            futs = [ex.submit(helpers.spin, rng.randint(0, 2000)) for _ in range(8)]
+            asked = [f for f in futs if rng.random() < 0.5 and ex.interrupt(f)]
+            for f in futs:
+                try:
+                    f.result(timeout=30)
+                except cf.CancelledError:
+                    assert f in asked
+        assert ex.submit(helpers.spin, 10).result(timeout=30) == helpers.spin(10)
+
+
+@pytest.mark.timeout(120)
+def test_work_queued_behind_workers_retired_in_c_still_runs():
+    """Tasks past their deadline while blocked in C retire their worker (it ends
+    when the call returns) and a replacement starts, in a free slot.  With every
+    slot held by retired workers, none could start, and when those ended nothing
+    started one either: the queued work waited for the next submit (for ever
+    without one)."""
+    with InterpreterPoolExecutor(1) as ex:
+        slots = ex._pool.layout.slots
+        futs = [ex.schedule(fh.sleep_in_c, (1,), timeout=0.05) for _ in range(2 * slots)]
+        not_done = cf.wait(futs, timeout=60).not_done
+        assert not not_done, f"{len(not_done)} of {len(futs)} never ran"
+        assert all(isinstance(f.exception(), TimeoutError) for f in futs)
