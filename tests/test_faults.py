@@ -840,11 +840,12 @@ def test_a_signal_handler_waiting_for_the_future_the_main_thread_waits_for(neste
     assert got == [None if nested == "exception" else "done"]
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("nested", NESTED_WAITS)
-def test_a_done_callback_waiting_for_the_future_its_thread_waits_for(nested):
-    """The same from a done-callback: a thread waiting for A delivers B's result
-    (queued while the resolver was busy), and B's callback waits for A."""
+def _b_delivered_by_a_thread_waiting_for_a(in_b_callback):
+    """A 3-worker pool whose resolver is held busy (in c's done-callback) while
+    b's result is queued and a blocks on a queue; a thread T waits for a, and so
+    delivers b: b's done-callback, in T, frees the resolver, waits until it
+    sleeps, then calls ``in_b_callback(a, release_a)``.  Returns (the threads
+    b's callback ran in, what it returned, what T's wait returned, T)."""
     from interpexec import _compat
 
     q = interpexec.Queue()
@@ -858,14 +859,13 @@ def test_a_done_callback_waiting_for_the_future_its_thread_waits_for(nested):
         b = pool.submit(fh.ok, "b")
         qid = pool._pool.results.qid
         _until(lambda: _compat.queue_count(qid) > 0, "b's result queued")
-        waited, ran_in = [], []
+        got, ran_in = [], []
 
         def on_b(f):
             ran_in.append(threading.current_thread())
             free_resolver.set()
             _until(lambda: _resolver_asleep(pool), "the resolver asleep")
-            q.put("a")  # a finishes now; this wait must see it
-            waited.append(_nested_wait(a, nested))
+            got.append(in_b_callback(a, lambda: q.put("a")))
 
         b.add_done_callback(on_b)
         outer = []
@@ -873,6 +873,20 @@ def test_a_done_callback_waiting_for_the_future_its_thread_waits_for(nested):
         t.start()
         t.join(timeout=40)
         free_resolver.set()
+    return ran_in, got, outer, t
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nested", NESTED_WAITS)
+def test_a_done_callback_waiting_for_the_future_its_thread_waits_for(nested):
+    """The same from a done-callback: a thread waiting for A delivers B's result
+    (queued while the resolver was busy), and B's callback waits for A."""
+
+    def wait_for_a(a, release_a):
+        release_a()  # a finishes now; this wait must see it
+        return _nested_wait(a, nested)
+
+    ran_in, waited, outer, t = _b_delivered_by_a_thread_waiting_for_a(wait_for_a)
     assert ran_in == [t]  # b's callback ran in the thread waiting for a
     assert waited == [None if nested == "exception" else "a"]
     assert outer == ["a"]
@@ -944,45 +958,16 @@ def test_a_done_callback_handing_the_wait_for_its_threads_future_to_another_thre
     (busy in the callback): the other thread's wait, relying on the resolver,
     ran out its timeout (without one: a deadlock).  A thread now shares its
     registrations before it runs done-callbacks."""
-    from interpexec import _compat
-
-    q = interpexec.Queue()
-    resolver_busy, free_resolver = threading.Event(), threading.Event()
     helper = cf.ThreadPoolExecutor(1)
+
+    def hand_over(a, release_a):
+        h = helper.submit(_nested_wait, a, nested)
+        _until(lambda: a._waiters or a._condition._waiters, "the other thread waiting")
+        release_a()
+        return h.result(timeout=20)
+
     try:
-        with InterpreterPoolExecutor(3) as pool:
-            pool.prestart()
-            c = pool.submit(fh.ok, "c")
-            c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
-            assert resolver_busy.wait(10)
-            a = pool.submit(fh.block_on_queue, q)
-            b = pool.submit(fh.ok, "b")
-            qid = pool._pool.results.qid
-            _until(lambda: _compat.queue_count(qid) > 0, "b's result queued")
-
-            def wait_for_a():
-                return _nested_wait(a, nested)
-
-            got, ran_in = [], []
-
-            def on_b(f):
-                ran_in.append(threading.current_thread())
-                free_resolver.set()
-                _until(lambda: _resolver_asleep(pool), "the resolver asleep")
-                h = helper.submit(wait_for_a)
-                _until(
-                    lambda: a._waiters or a._condition._waiters,  # (its wait began)
-                    "the other thread waiting",
-                )
-                q.put("a")
-                got.append(h.result(timeout=20))
-
-            b.add_done_callback(on_b)
-            outer = []
-            t = threading.Thread(target=lambda: outer.append(a.result(timeout=30)))
-            t.start()
-            t.join(timeout=40)
-            free_resolver.set()
+        ran_in, got, outer, t = _b_delivered_by_a_thread_waiting_for_a(hand_over)
     finally:
         helper.shutdown()
     assert ran_in == [t]
