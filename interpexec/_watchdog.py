@@ -131,7 +131,9 @@ class TaskState:
     def _take_interrupts(self) -> None:
         """In the loop's thread, about to start a task: take the queued commands,
         record the interrupt requests, and put the others back for the watchdog
-        (with ``lock`` held: the watchdog handles commands under it too)."""
+        (with ``lock`` held; the watchdog records what it takes under it too, so
+        only a request it has taken and not yet recorded can miss this start:
+        it then stops the task as it would a running one)."""
         assert self.commands is not None
         others = []
         for cmd in self.commands.drain():
