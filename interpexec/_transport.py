@@ -132,8 +132,8 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     buffers: list[PickleBuffer] = []
     if _has_bytearray(obj):
         obj = _wrap_bytearrays(obj)
-    if _MANAGERS in _modules and _has_proxy(obj, _modules[_MANAGERS].BaseProxy):
-        from ._pickling import dumps_with_proxies  # (main side: arguments)
+    if _MANAGERS in _modules:  # (manager proxies, wherever they are, carry their key)
+        from ._pickling import dumps_with_proxies
 
         data = dumps_with_proxies(obj, buffers.append)
     else:
@@ -152,18 +152,6 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
 _TAKEN: Any = object()  # (what Channel.drain's get returns from an emptied queue)
 _MANAGERS = "multiprocessing.managers"
 _modules = sys.modules
-
-
-def _has_proxy(obj: Any, proxy_type: type, depth: int = 3) -> bool:
-    """A ``multiprocessing`` manager proxy among the values, a few levels down
-    (the shapes arguments take: a call's ``(args, kwargs items)``)."""
-    if isinstance(obj, proxy_type):
-        return True
-    if depth and type(obj) in (tuple, list):
-        return any(_has_proxy(x, proxy_type, depth - 1) for x in obj)
-    if depth and type(obj) is dict:
-        return any(_has_proxy(x, proxy_type, depth - 1) for x in obj.values())
-    return False
 
 
 def _has_bytearray(obj: Any) -> bool:

@@ -87,3 +87,8 @@ def set_in_proxy(d, key, value):
 def set_event_proxy(ev):
     ev.set()
     return ev.is_set()
+
+
+def set_in_deep_proxy(bag, key, value):
+    """``set_in_proxy`` on the proxy at ``bag.inner["levels"][0][0]``."""
+    return set_in_proxy(bag.inner["levels"][0][0], key, value)

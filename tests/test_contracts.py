@@ -351,7 +351,9 @@ def test_multiprocessing_manager_proxies_work_as_arguments():
             assert ex.submit(ch.set_event_proxy, ev).result(timeout=60) is True
             assert ex.submit(ch.set_in_proxy, d=d, key="c", value=3).result(timeout=60) == 3
             assert [ex.submit(ch.set_in_proxy, d, f"k{i}", i).result(timeout=60) for i in range(2)] == [4, 5]
-        assert dict(d) == {"a": 1, "b": 2, "c": 3, "k0": 0, "k1": 1}
+            deep = helpers.Bag(inner={"levels": [[d]]})  # (anywhere inside an argument)
+            assert ex.submit(ch.set_in_deep_proxy, deep, "deep", 6).result(timeout=60) == 6
+        assert dict(d) == {"a": 1, "b": 2, "c": 3, "k0": 0, "k1": 1, "deep": 6}
         assert ev.is_set()
     finally:
         mgr.shutdown()
