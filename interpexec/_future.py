@@ -136,7 +136,7 @@ class PoolFuture(Future[T]):
             for waiter in self._waiters:
                 waiter.add_cancelled(self)
             self._condition.notify_all()
-        self._invoke_callbacks()  # type: ignore[attr-defined]
+        self._invoke_callbacks()
         return True
 
     def set_result(self, result: Any) -> None:
@@ -192,7 +192,7 @@ class PoolFuture(Future[T]):
                     changed = True
         finally:
             if changed:
-                self._invoke_callbacks()  # type: ignore[attr-defined]
+                self._invoke_callbacks()
 
     def result(self, timeout: float | None = None) -> T:
         try:
@@ -230,7 +230,7 @@ class PoolFuture(Future[T]):
             for waiter in self._waiters:
                 waiter.add_cancelled(self)
             self._condition.notify_all()
-        self._invoke_callbacks()  # type: ignore[attr-defined]
+        self._invoke_callbacks()
         return True
 
 

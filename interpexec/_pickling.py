@@ -141,7 +141,8 @@ def dumps_with_proxies(obj: Any, buffer_callback: Any) -> bytes:
                 if not isinstance(o, BaseProxy):
                     return NotImplemented
                 rebuild, (cls, token, serializer, kwds) = o.__reduce__()
-                return rebuild, (cls, token, serializer, {**kwds, "authkey": bytes(o._authkey)})
+                key = bytes(o._authkey)  # type: ignore[attr-defined]
+                return rebuild, (cls, token, serializer, {**kwds, "authkey": key})
 
         _proxy_pickler = ProxyPickler
     import io
