@@ -47,10 +47,11 @@ def _releasing_locks[F: Callable[..., Any]](method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        levels = self._pool.lock_levels()  # (not 0 in a signal handler run inside the pool's code)
         try:
             return method(self, *args, **kwargs)
         except BaseException:
-            self._pool.release_leaked_locks()
+            self._pool.release_leaked_locks(levels)
             raise
 
     return wrapper  # type: ignore[return-value]
@@ -196,6 +197,7 @@ class InterpreterPoolExecutor(Executor):
         self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> Future[T]:
         pool = self._pool
+        levels = pool.lock_levels()  # (not 0 in a signal handler run inside the pool's code)
         try:
             if pool.window_full():
                 pool.collect()  # make room here rather than wait for the resolver
@@ -228,7 +230,7 @@ class InterpreterPoolExecutor(Executor):
             fut.set_exception(error)
             return fut
         except BaseException:
-            pool.release_leaked_locks()  # a Ctrl-C must not leave the pool locked
+            pool.release_leaked_locks(levels)  # a Ctrl-C must not leave the pool locked
             raise
 
     # ------------------------------------------------------------------- map

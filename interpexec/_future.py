@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, _base
 
-from ._compat import get_ident, is_main_thread, release_if_owned
+from ._compat import get_ident, is_main_thread, lock_level, release_if_owned
 from ._condition import FutureCondition
 from ._sigint import defer_sigint
 from ._wakeup import notify
@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
         def interrupt(self, fut: PoolFuture[Any]) -> bool: ...
 
-        def release_leaked_locks(self) -> None: ...
+        def lock_levels(self) -> tuple[int, int]: ...
+
+        def release_leaked_locks(self, levels: tuple[int, int] = ...) -> None: ...
 
 else:
     # ``Future["T"]`` is a types.GenericAlias whose base is Future itself: the
@@ -195,28 +197,34 @@ class PoolFuture(Future[T]):
                 self._invoke_callbacks()
 
     def result(self, timeout: float | None = None) -> T:
+        # The levels of the locks this thread holds on entry: not 0 in a signal
+        # handler (or a finalizer) run inside the pool's code or inside
+        # concurrent.futures.wait() (which holds the futures' conditions).
+        level, levels = lock_level(self._condition), self._ie_pool.lock_levels()
         try:
             if self._state in WAITABLE:
                 timeout = self._ie_pool.wait_for(self, timeout)
             return super().result(timeout)
         except BaseException:
-            self._release_leaked_locks()
+            self._release_leaked_locks(level, levels)
             raise
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        level, levels = lock_level(self._condition), self._ie_pool.lock_levels()
         try:
             if self._state in WAITABLE:
                 timeout = self._ie_pool.wait_for(self, timeout)
             return super().exception(timeout)
         except BaseException:
-            self._release_leaked_locks()
+            self._release_leaked_locks(level, levels)
             raise
 
-    def _release_leaked_locks(self) -> None:
+    def _release_leaked_locks(self, level: int, levels: tuple[int, int]) -> None:
         """A Ctrl-C can leave a lock held by this thread (``with`` is not signal
-        safe); the resolver would then block on it for ever."""
-        release_if_owned(self._condition)
-        self._ie_pool.release_leaked_locks()
+        safe); the resolver would then block on it for ever.  The levels held
+        on entry stay held: they belong to an outer frame of this thread."""
+        release_if_owned(self._condition, level)
+        self._ie_pool.release_leaked_locks(levels)
 
     def force_cancel(self) -> bool:
         """Cancel even a running future (its task is being stopped).  False if it

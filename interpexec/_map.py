@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 
-from ._compat import release_if_owned
+from ._compat import lock_level, release_if_owned
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -63,10 +63,11 @@ class MapIterator:
             # iterator still get each value once).
             for value in chunk:
                 return value
+        level = lock_level(self._lock)  # (not 0 in a signal handler run inside _next_locked)
         try:
             return self._next_locked()
         except BaseException:
-            release_if_owned(self._lock)  # a Ctrl-C must not leave it held
+            release_if_owned(self._lock, level)  # a Ctrl-C must not leave it held
             raise
 
     def _next_locked(self) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._compat import release_if_owned
+from ._compat import lock_level, release_if_owned
 from ._executor import InterpreterPoolExecutor
 
 __all__ = ["get_reusable_executor"]
@@ -38,10 +38,11 @@ def get_reusable_executor(
     Do not call ``shutdown()`` on it unless you mean it for the whole process:
     the next call then creates a fresh one.
     """
+    level = lock_level(_lock)  # (not 0 in a signal handler run inside _get)
     try:
         return _get(max_workers, idle_timeout, kwargs)
     except BaseException:
-        release_if_owned(_lock)  # a Ctrl-C right after `with _lock:` acquired must not leave it held
+        release_if_owned(_lock, level)  # a Ctrl-C right after `with _lock:` acquired must not leave it held
         raise
 
 

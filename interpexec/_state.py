@@ -28,7 +28,7 @@ import time
 import weakref
 
 from . import _compat
-from ._compat import is_main_thread, reacquire, release_all, release_if_owned
+from ._compat import is_main_thread, lock_level, reacquire, release_all, release_if_owned
 from ._pickling import encode_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
@@ -190,13 +190,20 @@ class PoolState:
         if self.shutdown_flag:
             raise RuntimeError("cannot schedule new futures after shutdown")
 
-    def release_leaked_locks(self) -> None:
+    def lock_levels(self) -> tuple[int, int]:
+        """How deeply this thread holds the pool's two locks: what a public entry
+        point records before it starts, for :meth:`release_leaked_locks`."""
+        return lock_level(self.lock), lock_level(self.collect_lock)
+
+    def release_leaked_locks(self, levels: tuple[int, int] = (0, 0)) -> None:
         """Called when an exception (a Ctrl-C) leaves a public entry point: the
-        pool's locks must not stay held by this thread (see
-        ``_compat.release_if_owned``).  At that boundary the thread holds none of
-        them legitimately: user code never runs under them."""
-        release_if_owned(self.lock)
-        release_if_owned(self.collect_lock)
+        pool's locks must not stay held by this thread beyond the ``levels`` it
+        held on entry (see ``_compat.release_if_owned``).  User code never runs
+        under them, so those are 0 but in a signal handler (or a finalizer) that
+        called the pool while this thread ran the pool's own code: that frame's
+        levels are its own, released by its own ``with``."""
+        release_if_owned(self.lock, levels[0])
+        release_if_owned(self.collect_lock, levels[1])
 
     def release_future_locks(self) -> None:
         """Release the conditions of this pool's futures that this thread holds.

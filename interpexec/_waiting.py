@@ -273,8 +273,8 @@ class Waiting(Resolver):
         if item.future._state in WAITABLE:
             self.wake_resolver()
 
-    def release_leaked_locks(self) -> None:
-        super().release_leaked_locks()
+    def release_leaked_locks(self, levels: tuple[int, int] = (0, 0)) -> None:
+        super().release_leaked_locks(levels)
         self.abandon_waits()
 
     def abandon_waits(self) -> None:

@@ -1080,3 +1080,55 @@ def test_a_worker_that_cannot_get_its_pipes_leaks_nothing(monkeypatch):
         # still be closing theirs, a worker may have a file open for a moment.)
         assert len(os.listdir("/proc/self/fd")) <= fds + 4
         assert len(_compat._interpqueues.list_all()) <= queues
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("held", ["the future's condition", "the pool's lock"])
+def test_an_entry_point_failing_where_its_thread_holds_a_lock_leaves_that_lock_held(held, monkeypatch):
+    """A pool call that fails (its wait times out) releases the locks a Ctrl-C
+    may have left held, but not the levels its thread held when it entered:
+    those belong to an outer frame (``concurrent.futures.wait()`` holds every
+    future's condition while it installs its waiter; a signal handler can run
+    inside ``submit()`` while it holds the pool's lock).  Releasing them all left
+    that frame running unlocked, failing with "cannot release un-acquired lock".
+    The handler is simulated at a point where the outer frame holds the lock."""
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(1) as ex:
+        blocked = ex.submit(fh.block_on_queue, q)
+        outer = ex.submit(fh.ok, 1)
+        try:
+            if held == "the future's condition":
+                with blocked._condition:  # (as wait() holds it)
+                    with pytest.raises(cf.TimeoutError):
+                        blocked.result(timeout=0.05)
+                    with pytest.raises(cf.TimeoutError):
+                        blocked.exception(timeout=0)
+                    assert blocked._condition._is_owned()
+            else:
+                pool = ex._pool
+                enqueue = pool.enqueue_locked
+                nested: list[bool] = []
+                entered = []
+
+                def enqueue_with_a_handler_inside(*args):
+                    if not entered:  # (the "signal handler": a pool call that fails)
+                        entered.append(True)
+                        assert pool.lock._is_owned()
+                        with pytest.raises(cf.TimeoutError):
+                            ex.submit(fh.ok, 2).result(timeout=0)
+                        with pytest.raises(cf.TimeoutError):
+                            list(ex.map(fh.ok, [3], timeout=0))
+                        nested.append(pool.lock._is_owned())
+                    return enqueue(*args)
+
+                monkeypatch.setattr(pool, "enqueue_locked", enqueue_with_a_handler_inside)
+                outer = ex.submit(fh.ok, 1)  # (its `with pool.lock` ends normally)
+                monkeypatch.undo()
+                assert nested == [True]
+            assert not blocked._condition._is_owned()
+            assert not ex._pool.lock._is_owned()
+        finally:
+            q.put("done")
+        assert blocked.result(timeout=30) == "done"
+        assert outer.result(timeout=30) == 1
+        assert ex.submit(fh.ok, 4).result(timeout=30) == 4
