@@ -194,10 +194,12 @@ def _fill_ctypes_field_table() -> None:
     ctypes/__init__.py, or "class must define a '_type_' attribute" for a
     supported type.  On 3.13.0: 1 process in 60 with four workers importing it
     together; with one simple type created here first, 0 in 100 (importing
-    _ctypes costs 0.4 ms, in the main interpreter only).  3.14.10 fails the
-    same way (1 process in 400 here, 2 in 40 under CI load) and this does not
-    cure it there: not applied, not mitigated yet (docs/extensions.md).  A
-    Python without ctypes has no race."""
+    _ctypes costs 0.4 ms, in the main interpreter only).  3.14.10 and 3.15.2
+    fail the same way and this does not cure them: there, every interpreter's
+    ``_ctypes`` exec rewrites the shared table (no "initialized" flag any
+    more), so an import in one interpreter races type creation in any other;
+    not applied, not curable from Python (docs/extensions.md).  A Python
+    without ctypes has no race."""
     try:
         import _ctypes  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
