@@ -35,6 +35,7 @@ TYPE_CHECKING = False  # typing is not imported: this module loads in every work
 if TYPE_CHECKING:
     from _pickle import PickleBuffer, PicklingError, dumps, loads
     from collections import deque
+    from collections.abc import Callable
     from types import CodeType
     from typing import Any, Literal
 
@@ -515,10 +516,10 @@ def lock_is_owned(lock: Any) -> bool:
     return bool(lock._is_owned())
 
 
-def lock_level(lock: Any) -> int:
-    """How many times the calling thread holds the RLock ``lock`` (0: not at all;
-    the C RLock's ``_recursion_count``, about 12 ns)."""
-    return int(lock._recursion_count())
+#: ``lock_level(lock)``: how many times the calling thread holds the RLock
+#: ``lock`` (0: not at all).  The C RLock's ``_recursion_count`` itself (any
+#: RLock of the package is one), called with no Python frame: about 30 ns.
+lock_level: Callable[[Any], int] = _thread.RLock._recursion_count  # type: ignore[attr-defined]
 
 
 def release_if_owned(lock: Any, level: int = 0) -> None:

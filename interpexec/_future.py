@@ -197,6 +197,9 @@ class PoolFuture(Future[T]):
                 self._invoke_callbacks()
 
     def result(self, timeout: float | None = None) -> T:
+        if self._state == _FINISHED and self._exception is None:
+            # Finished is final, and _result was set before _state: no lock needed.
+            return self._result  # type: ignore[return-value]
         # The levels of the locks this thread holds on entry: not 0 in a signal
         # handler (or a finalizer) run inside the pool's code or inside
         # concurrent.futures.wait() (which holds the futures' conditions).
@@ -210,6 +213,8 @@ class PoolFuture(Future[T]):
             raise
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == _FINISHED:  # (final: no lock needed)
+            return self._exception
         level, levels = lock_level(self._condition), self._ie_pool.lock_levels()
         try:
             if self._state in WAITABLE:
