@@ -121,11 +121,13 @@ __all__ = [
     "dumps",
     "ended_on_unhandled_ctrl_c",
     "get_ident",
+    "held",
     "is_main_thread",
     "loads",
     "lock_is_owned",
     "lock_level",
     "main_interpreter_id",
+    "outer_level",
     "queue_bind",
     "queue_count",
     "queue_create",
@@ -500,15 +502,22 @@ if _IN_MAIN_INTERPRETER or __package__ + "._worker_main" not in sys.modules:
     _bind_main_side(globals())
 
 
-def release_all(lock: Any) -> Any:
-    """Release an RLock the calling thread holds, however many times, and return
-    what :func:`reacquire` needs to take it again as deeply (the RLock's
-    ``_release_save``, which ``threading.Condition.wait`` uses)."""
-    return lock._release_save()
+#: ``release_all(lock)``: release an RLock the calling thread holds, however
+#: many times (the C RLock's ``_release_save``, which ``threading.Condition.wait``
+#: uses).  ``reacquire(lock, held(lock))``, with ``held`` taken before the
+#: release, takes it again as deeply (``_acquire_restore``).  Both are the C
+#: methods themselves: no Python frame, where a Ctrl-C could land between the
+#: lock's release (or re-acquisition) and the caller's ``try`` (or its end).
+#: The safe shape: ``saved = held(lock)``; ``try: release_all(lock); ...``
+#: ``finally: reacquire(lock, saved)``.
+release_all: Callable[[Any], Any] = _thread.RLock._release_save  # type: ignore[attr-defined]
+reacquire: Callable[[Any, Any], None] = _thread.RLock._acquire_restore  # type: ignore[attr-defined]
 
 
-def reacquire(lock: Any, saved: Any) -> None:
-    lock._acquire_restore(saved)
+def held(lock: Any) -> tuple[int, int]:
+    """What :data:`reacquire` takes to hold ``lock`` again as this thread holds
+    it now: ``_release_save``'s own result, computed before releasing."""
+    return lock._recursion_count(), _thread.get_ident()
 
 
 def lock_is_owned(lock: Any) -> bool:
@@ -527,12 +536,37 @@ def release_if_owned(lock: Any, level: int = 0) -> None:
     ``level`` (by default every level).  A KeyboardInterrupt can land right after
     ``__enter__`` of a ``with lock:`` returns and before the block's protection
     starts, so the lock is never released (CPython's "with is not signal safe");
-    public entry points call this when an exception leaves them, with the level
-    the thread held when it entered: an entry point called while an outer frame
-    of the same thread holds the lock (a signal handler, or a finalizer, run
-    inside the pool's code) leaves that frame's levels alone."""
+    public entry points call this when an exception leaves them, with
+    :func:`outer_level` of the level the thread held when it entered."""
     while lock._recursion_count() > level:
         lock.release()
+
+
+#: Modules whose frames may hold the pool's locks or its futures' conditions:
+#: the package's own, and ``concurrent.futures.wait()``/``as_completed()``'s.
+_LOCKING_MODULES = ("interpexec.", "concurrent.futures._base")
+
+
+def outer_level(level: int) -> int:
+    """The part of ``level`` (a lock level the calling thread held when a public
+    entry point began, now failing) that an outer frame holds legitimately: all
+    of it if this entry point runs inside the pool's own code or inside
+    ``concurrent.futures.wait()`` (a signal handler or a finalizer called
+    there; releasing that frame's level would leave it running unlocked), else
+    none: no caller holds the pool's locks, so a level held on entry is one an
+    earlier Ctrl-C left behind, which must go.  Called only on the failure path
+    with a level above 0 (it walks the stack)."""
+    if not level:
+        return 0
+    frame: Any = sys._getframe(1)
+    # The entry point's own frames (this package's), then its caller's.
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_LOCKING_MODULES):
+        frame = frame.f_back
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(_LOCKING_MODULES):
+            return level
+        frame = frame.f_back
+    return 0
 
 
 def register_atexit(fn: Any) -> None:

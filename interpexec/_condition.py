@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from ._compat import RLock, allocate_lock, lock_is_owned, reacquire, release_all
+from ._compat import RLock, allocate_lock, held, lock_is_owned, reacquire, release_all
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -39,9 +39,10 @@ class FutureCondition(RLock):  # type: ignore[misc]
         if self._waiters is None:
             self._waiters = deque()
         self._waiters.append(waiter)
-        saved_state = release_all(lock)
+        saved_state = held(lock)
         gotit = False
         try:  # restore state no matter what (e.g., KeyboardInterrupt)
+            release_all(lock)  # (in the try: a Ctrl-C right after it is restored from)
             if timeout is None:
                 waiter.acquire()
                 gotit = True

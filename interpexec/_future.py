@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, _base
 
-from ._compat import get_ident, is_main_thread, lock_level, release_if_owned
+from ._compat import get_ident, is_main_thread, lock_level, outer_level, release_if_owned
 from ._condition import FutureCondition
 from ._sigint import defer_sigint
 from ._wakeup import notify
@@ -227,8 +227,9 @@ class PoolFuture(Future[T]):
     def _release_leaked_locks(self, level: int, levels: tuple[int, int]) -> None:
         """A Ctrl-C can leave a lock held by this thread (``with`` is not signal
         safe); the resolver would then block on it for ever.  The levels held
-        on entry stay held: they belong to an outer frame of this thread."""
-        release_if_owned(self._condition, level)
+        on entry stay held if an outer frame of the pool's (or
+        ``concurrent.futures.wait()``) holds them (``_compat.outer_level``)."""
+        release_if_owned(self._condition, outer_level(level))
         self._ie_pool.release_leaked_locks(levels)
 
     def force_cancel(self) -> bool:

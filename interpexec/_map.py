@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 
-from ._compat import lock_level, release_if_owned
+from ._compat import lock_level, outer_level, release_if_owned
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class MapIterator:
         try:
             return self._next_locked()
         except BaseException:
-            release_if_owned(self._lock, level)  # a Ctrl-C must not leave it held
+            release_if_owned(self._lock, outer_level(level))  # a Ctrl-C must not leave it held
             raise
 
     def _next_locked(self) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._compat import lock_level, release_if_owned
+from ._compat import lock_level, outer_level, release_if_owned
 from ._executor import InterpreterPoolExecutor
 
 __all__ = ["get_reusable_executor"]
@@ -42,7 +42,7 @@ def get_reusable_executor(
     try:
         return _get(max_workers, idle_timeout, kwargs)
     except BaseException:
-        release_if_owned(_lock, level)  # a Ctrl-C right after `with _lock:` acquired must not leave it held
+        release_if_owned(_lock, outer_level(level))  # (a Ctrl-C right after `with _lock:` acquired)
         raise
 
 

@@ -28,7 +28,7 @@ import time
 import weakref
 
 from . import _compat
-from ._compat import is_main_thread, lock_level, reacquire, release_all, release_if_owned
+from ._compat import held, is_main_thread, lock_level, outer_level, reacquire, release_all, release_if_owned
 from ._pickling import encode_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
@@ -73,8 +73,9 @@ class Events:
             return self._condition.wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._pipes.append(pipe[1])  # (before releasing: a notify cannot fall in between)
-        saved = release_all(self._lock)  # (however deeply held: a signal handler may have re-entered)
+        saved = held(self._lock)  # (however deeply held: a signal handler may have re-entered)
         try:
+            release_all(self._lock)  # (in the try: a Ctrl-C right after it is restored from)
             return wait(pipe[0], deadline, own_wfd=pipe[1])
         finally:
             reacquire(self._lock, saved)
@@ -197,13 +198,14 @@ class PoolState:
 
     def release_leaked_locks(self, levels: tuple[int, int] = (0, 0)) -> None:
         """Called when an exception (a Ctrl-C) leaves a public entry point: the
-        pool's locks must not stay held by this thread beyond the ``levels`` it
-        held on entry (see ``_compat.release_if_owned``).  User code never runs
-        under them, so those are 0 but in a signal handler (or a finalizer) that
-        called the pool while this thread ran the pool's own code: that frame's
-        levels are its own, released by its own ``with``."""
-        release_if_owned(self.lock, levels[0])
-        release_if_owned(self.collect_lock, levels[1])
+        pool's locks must not stay held by this thread (see
+        ``_compat.release_if_owned``), except the ``levels`` it held on entry
+        if an outer frame of the pool's holds them (``_compat.outer_level``):
+        user code never runs under them but a signal handler (or a finalizer)
+        can, and that frame's levels are its own, released by its own
+        ``with``."""
+        release_if_owned(self.lock, outer_level(levels[0]))
+        release_if_owned(self.collect_lock, outer_level(levels[1]))
 
     def release_future_locks(self) -> None:
         """Release the conditions of this pool's futures that this thread holds.

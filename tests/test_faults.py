@@ -1083,35 +1083,48 @@ def test_a_worker_that_cannot_get_its_pipes_leaks_nothing(monkeypatch):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("held", ["the future's condition", "the pool's lock"])
+@pytest.mark.parametrize("held", ["wait() holding the futures' conditions", "submit() holding the pool's lock"])
 def test_an_entry_point_failing_where_its_thread_holds_a_lock_leaves_that_lock_held(held, monkeypatch):
     """A pool call that fails (its wait times out) releases the locks a Ctrl-C
-    may have left held, but not the levels its thread held when it entered:
-    those belong to an outer frame (``concurrent.futures.wait()`` holds every
-    future's condition while it installs its waiter; a signal handler can run
-    inside ``submit()`` while it holds the pool's lock).  Releasing them all left
-    that frame running unlocked, failing with "cannot release un-acquired lock".
-    The handler is simulated at a point where the outer frame holds the lock."""
+    may have left held, but not the levels an outer frame of its thread holds
+    (``concurrent.futures.wait()`` holds every future's condition while it
+    installs its waiter; a signal handler can run inside ``submit()`` while it
+    holds the pool's lock).  Releasing them all left that frame running
+    unlocked, failing with "cannot release un-acquired lock".  The handler is
+    simulated at a point where the outer frame holds the lock."""
+    from interpexec import _future
+
     q = interpexec.Queue()
     with InterpreterPoolExecutor(1) as ex:
         blocked = ex.submit(fh.block_on_queue, q)
         outer = ex.submit(fh.ok, 1)
+        entered: list[bool] = []
+        nested: list[bool] = []
         try:
-            if held == "the future's condition":
-                with blocked._condition:  # (as wait() holds it)
-                    with pytest.raises(cf.TimeoutError):
-                        blocked.result(timeout=0.05)
-                    with pytest.raises(cf.TimeoutError):
-                        blocked.exception(timeout=0)
-                    assert blocked._condition._is_owned()
+            if held.startswith("wait()"):
+                append = _future.Waiters.append
+
+                def append_with_a_handler_inside(waiters, waiter):
+                    if not entered:  # (the "signal handler": pool calls that fail)
+                        entered.append(True)
+                        assert blocked._condition._is_owned()  # (wait() holds it)
+                        with pytest.raises(cf.TimeoutError):
+                            blocked.result(timeout=0.05)
+                        with pytest.raises(cf.TimeoutError):
+                            blocked.exception(timeout=0)
+                        nested.append(blocked._condition._is_owned())
+                    append(waiters, waiter)
+
+                monkeypatch.setattr(_future.Waiters, "append", append_with_a_handler_inside)
+                done, not_done = cf.wait([blocked], timeout=0.05)  # (its `with` ends normally)
+                monkeypatch.undo()
+                assert (done, not_done) == (set(), {blocked})
             else:
                 pool = ex._pool
                 enqueue = pool.enqueue_locked
-                nested: list[bool] = []
-                entered = []
 
                 def enqueue_with_a_handler_inside(*args):
-                    if not entered:  # (the "signal handler": a pool call that fails)
+                    if not entered:
                         entered.append(True)
                         assert pool.lock._is_owned()
                         with pytest.raises(cf.TimeoutError):
@@ -1124,7 +1137,7 @@ def test_an_entry_point_failing_where_its_thread_holds_a_lock_leaves_that_lock_h
                 monkeypatch.setattr(pool, "enqueue_locked", enqueue_with_a_handler_inside)
                 outer = ex.submit(fh.ok, 1)  # (its `with pool.lock` ends normally)
                 monkeypatch.undo()
-                assert nested == [True]
+            assert nested == [True]
             assert not blocked._condition._is_owned()
             assert not ex._pool.lock._is_owned()
         finally:
@@ -1132,3 +1145,56 @@ def test_an_entry_point_failing_where_its_thread_holds_a_lock_leaves_that_lock_h
         assert blocked.result(timeout=30) == "done"
         assert outer.result(timeout=30) == 1
         assert ex.submit(fh.ok, 4).result(timeout=30) == 4
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("left", ["the pool's lock", "the future's condition"])
+def test_a_lock_a_ctrl_c_left_held_is_released_by_the_next_failing_call(left):
+    """A Ctrl-C landing right after a ``with lock:`` acquired (outside the pool's
+    guarded entry points: ``cancel()``, ``add_done_callback``, the acquiring
+    loop of ``concurrent.futures.wait()``) leaves the lock held by the main
+    thread: the resolver would block on it for ever.  The next pool call that
+    fails in that thread, called from no frame of the pool's, releases it."""
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(1) as ex:
+        blocked = ex.submit(fh.block_on_queue, q)
+        lock = ex._pool.lock if left == "the pool's lock" else blocked._condition
+        try:
+            lock.acquire()  # (what the Ctrl-C leaves)
+            with pytest.raises(cf.TimeoutError):
+                blocked.result(timeout=0.01)
+            assert not lock._is_owned()
+        finally:
+            q.put("done")
+        assert blocked.result(timeout=30) == "done"
+        assert ex.submit(fh.ok, 4).result(timeout=30) == 4
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("condition", ["a future's condition", "the pool's worker events"])
+def test_a_ctrl_c_right_after_a_condition_wait_released_its_lock(condition, monkeypatch):
+    """A Ctrl-C landing right after a condition's wait released its lock, before
+    the wait's protection began, left the lock released: the caller's ``with``
+    then failed with "cannot release un-acquired lock" instead of the
+    KeyboardInterrupt.  The release now happens inside the protection.  The
+    Ctrl-C is injected right after the release."""
+    from interpexec import _compat, _condition, _state
+
+    module = _condition if condition == "a future's condition" else _state
+
+    def release_then_interrupted(lock):
+        _compat.release_all(lock)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "release_all", release_then_interrupted)
+    if module is _condition:
+        lock = cond = _condition.FutureCondition()
+    else:
+        lock = threading.RLock()
+        cond = _state.Events(lock)
+    with pytest.raises(KeyboardInterrupt):
+        with lock:
+            with lock:  # (held twice: restored as deeply)
+                cond.wait(0.01)
+            assert lock._recursion_count() == 1
+    assert not lock._is_owned()
