@@ -30,7 +30,7 @@ import threading
 import traceback
 from concurrent.futures import _base
 from itertools import islice, repeat
-from operator import call
+from operator import call, itemgetter
 
 from ._compat import is_main_thread, queue_count, queue_take
 from ._errors import explain_missing_main_global, unpack_exception
@@ -59,6 +59,8 @@ from ._transport import (
     materialize,
 )
 from ._wakeup import close_free, notify
+
+_first = itemgetter(0)
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -122,15 +124,28 @@ class Resolver(Workers):
         leaves in ``arrived`` is moved on by the next call."""
         qid, arrived, inbox = self.results.qid, self.arrived, self.inbox
         taken: list[int] = []  # (not read back from the inbox: other threads deliver from it)
+        # Only this thread uses ``arrived`` (collect_lock), but a signal handler
+        # (or a finalizer) that calls the pool can run a take nested in this one,
+        # at any call or loop jump below, and move ``arrived`` on: each step
+        # tolerates finding it shorter or refilled.  Taking a message twice is
+        # harmless (handling is idempotent); losing one is not.
         while arrived or (n := queue_count(qid)):
             if not arrived:
                 queue_take(qid, n, arrived)
-            for i in range(len(arrived)):  # (only this thread uses arrived: collect_lock)
-                msg = arrived[i]
-                if msg[1] == OK and len(msg[2]) == 3:
-                    arrived[i] = (msg[0], OK, materialize(msg[2]))
-            taken += [msg[0] for msg in arrived]
-            inbox.extend(map(call, repeat(arrived.popleft, len(arrived))))
+            try:
+                for i in range(len(arrived)):
+                    msg = arrived[i]
+                    if msg[1] == OK and len(msg[2]) == 3:
+                        copied = (msg[0], OK, materialize(msg[2]))
+                        if arrived[i] is msg:  # (no call between the test and the store)
+                            arrived[i] = copied
+            except IndexError:  # a nested take moved them on
+                continue
+            taken += list(map(_first, arrived))  # (one C-level step)
+            try:
+                inbox.extend(map(call, repeat(arrived.popleft, len(arrived))))
+            except IndexError:  # a nested take moved the rest on
+                pass
         return taken
 
     def after_worker_exit(self) -> None:
@@ -211,7 +226,10 @@ class Resolver(Workers):
                     except IndexError:  # the inbox is empty
                         break
                 handled = True
-                msg = held[0]
+                try:
+                    msg = held[0]
+                except IndexError:  # a nested delivery (a signal handler in this thread) handled it
+                    continue
                 try:
                     self._handle(msg)
                 except BaseException:  # user code or a Ctrl-C: the rest first

@@ -1198,3 +1198,60 @@ def test_a_ctrl_c_right_after_a_condition_wait_released_its_lock(condition, monk
                 cond.wait(0.01)
             assert lock._recursion_count() == 1
     assert not lock._is_owned()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["taking results off the queue", "delivering them"])
+def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, monkeypatch):
+    """A signal handler (or a finalizer) that calls the pool runs a collect
+    nested inside the main thread's own, which its re-entrant locks let
+    through: the nested one moved on the messages the outer one was working
+    on, which then failed with IndexError (or could overwrite a message).  The
+    handler is simulated inside the outer collect, with the resolver held busy
+    so that the main thread takes and delivers the results itself."""
+    import collections
+
+    from interpexec import _compat, _resolver
+
+    resolver_busy, free_resolver = threading.Event(), threading.Event()
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        c = ex.submit(fh.ok, "c")
+        c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
+        try:
+            assert resolver_busy.wait(10)  # the resolver runs c's callback until freed
+            futures = [ex.submit(bytearray, 1000 + i) for i in range(3)]  # (results with out-of-band buffers)
+            _until(lambda: _compat.queue_count(pool.results.qid) >= 3, "the results queued")
+            nested: list[bool] = []
+
+            def handler() -> None:
+                if not nested:
+                    nested.append(True)
+                    nested.append(pool.collect())
+
+            if where == "taking results off the queue":
+                materialize = _resolver.materialize
+
+                def materialize_with_a_handler_inside(enc):
+                    copied = materialize(enc)
+                    handler()
+                    return copied
+
+                monkeypatch.setattr(_resolver, "materialize", materialize_with_a_handler_inside)
+            else:
+
+                class HeldWithAHandlerInside(collections.deque):
+                    def extend(self, values):
+                        super().extend(values)
+                        handler()  # (right after a message was moved into it)
+
+                monkeypatch.setattr(pool, "held", HeldWithAHandlerInside())
+            pool.collect()
+            monkeypatch.undo()
+            assert nested == [True, True]  # (the nested collect delivered)
+            assert all(f.done() for f in futures)
+        finally:
+            free_resolver.set()
+        assert [f.result(timeout=10) for f in futures] == [bytearray(1000 + i) for i in range(3)]
+        assert ex.submit(fh.ok, 4).result(timeout=30) == 4
