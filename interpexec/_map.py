@@ -124,7 +124,7 @@ class MapIterator:
 
     def close(self) -> None:
         """Cancel the futures not consumed yet."""
-        fs = self._fs
+        fs = getattr(self, "_fs", ())  # (none if a Ctrl-C cut __init__ short)
         while fs:
             fs.pop().cancel()
 

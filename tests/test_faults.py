@@ -1255,3 +1255,17 @@ def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, 
             free_resolver.set()
         assert [f.result(timeout=10) for f in futures] == [bytearray(1000 + i) for i in range(3)]
         assert ex.submit(fh.ok, 4).result(timeout=30) == 4
+
+
+def test_a_map_iterator_a_ctrl_c_cut_short_in_its_creation_is_collected_quietly(capsys):
+    """A Ctrl-C landing inside ``MapIterator.__init__`` left an object without
+    its futures; collecting it printed "Exception ignored ... AttributeError"."""
+    import gc
+
+    from interpexec import _map
+
+    it = _map.MapIterator.__new__(_map.MapIterator)
+    it.close()
+    del it
+    gc.collect()
+    assert "Exception ignored" not in capsys.readouterr().err
