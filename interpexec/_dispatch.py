@@ -61,6 +61,11 @@ class Dispatcher(PoolState):
                     # where a Ctrl-C would leave the task in flight, never sent.)
                     QUEUE_PUT(self.tasks.qid, item.msg, *QUEUE_PUT_TAIL)
                 except Exception as exc:  # e.g. an object the queue refused: fails that future only
+                    if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+                        # Raised by Python code that ran after the put (a signal
+                        # handler): the task was sent, and the exception is the
+                        # caller's (handled below as a Ctrl-C would be).
+                        raise
                     del inflight[item.tid]
                     failed.append((item, exc))
                     item = None
@@ -88,6 +93,8 @@ class Dispatcher(PoolState):
         calls, so an item in ``inflight`` was put on the queue.)"""
         if item.tid in self.inflight:
             self._wake_a_worker(force=True)
+        elif item.tid in self.unsettled:
+            pass  # sent, and its result already taken (by a collect nested in a signal handler)
         elif item.future._state == _base.PENDING:
             self.pending.appendleft(item)
         elif item.future._state == _base.RUNNING:

@@ -1269,3 +1269,47 @@ def test_a_map_iterator_a_ctrl_c_cut_short_in_its_creation_is_collected_quietly(
     del it
     gc.collect()
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("raised_by", ["the queue", "a signal handler right after the put"])
+def test_an_exception_at_the_task_put_fails_the_future_only_if_the_put_failed(raised_by, monkeypatch):
+    """A put the task queue refuses fails that future only.  An exception a
+    signal handler raises right after a successful put used to be taken for
+    the put's own: the future failed with it though its task ran, and the
+    handler's exception never reached the program.  It now propagates from the
+    call that was running, and the task's result is delivered as usual."""
+    from interpexec import _dispatch
+
+    class HandlerError(Exception):
+        pass
+
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(1) as ex:
+        ex.submit(fh.ok, 0).result(timeout=30)
+        put = _dispatch.QUEUE_PUT
+        sent = []
+
+        def handler():
+            raise HandlerError("from the handler")
+
+        def put_then_a_handler(qid, msg, *tail):
+            put(qid, msg, *tail)
+            sent.append(msg[0])
+            handler()
+
+        monkeypatch.setattr(_dispatch, "QUEUE_PUT", int if raised_by == "the queue" else put_then_a_handler)
+        if raised_by == "the queue":  # (int(qid, msg, ...) raises TypeError in C, as a refused put does)
+            fut = ex.submit(q.put, "ran")
+            monkeypatch.undo()
+            assert isinstance(fut.exception(timeout=30), TypeError)
+            assert ex._pool.inflight.get(fut._ie_tid) is None
+        else:
+            with pytest.raises(HandlerError):
+                ex.submit(q.put, "ran")
+            monkeypatch.undo()
+            assert q.get(timeout=30) == "ran"  # the task was sent, and ran once
+            tid = sent[0]
+            _until(lambda: tid not in ex._pool.inflight and tid not in ex._pool.unsettled, "its result delivered")
+        assert ex.submit(fh.ok, 4).result(timeout=30) == 4
+        assert q.empty()
