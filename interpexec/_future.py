@@ -192,9 +192,13 @@ class PoolFuture(Future[T]):
                             waiter.add_result(self)
                     self._condition.notify_all()
                     changed = True
+                if LIVE_WAITS and self._done_callbacks:
+                    # (What _invoke_callbacks does first, here with the Ctrl-C
+                    # held back: cut there, the callbacks would never run.)
+                    share_live_waits(wake=True)
         finally:
             if changed:
-                self._invoke_callbacks()
+                _base.Future._invoke_callbacks(self)  # type: ignore[attr-defined]
 
     def result(self, timeout: float | None = None) -> T:
         if self._state == _FINISHED and self._exception is None:

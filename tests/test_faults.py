@@ -1313,3 +1313,52 @@ def test_an_exception_at_the_task_put_fails_the_future_only_if_the_put_failed(ra
             _until(lambda: tid not in ex._pool.inflight and tid not in ex._pool.unsettled, "its result delivered")
         assert ex.submit(fh.ok, 4).result(timeout=30) == 4
         assert q.empty()
+
+
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_as_the_main_thread_shares_its_wait_before_callbacks_loses_no_callback(monkeypatch):
+    """The main thread, delivering results inside its own ``result()`` wait,
+    shares its wait's registration before a finished future's done-callbacks
+    run (one may hand the wait to another thread).  A Ctrl-C landing in that
+    step skipped the callbacks for good (the future was finished already).  It
+    is now held back over it, and raised after the callbacks ran.  The Ctrl-C
+    is a real SIGINT sent from inside that step."""
+    import time as _time
+
+    from interpexec import _future
+
+    resolver_busy, free_resolver = threading.Event(), threading.Event()
+    with InterpreterPoolExecutor(2) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        c = ex.submit(fh.ok, "c")
+        c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
+        try:
+            assert resolver_busy.wait(10)  # the resolver is held in c's callback
+            ran = []
+            b = ex.submit(fh.ok, "b")
+            b.add_done_callback(ran.append)
+            from interpexec import _compat
+
+            _until(lambda: _compat.queue_count(pool.results.qid) >= 1, "b's result queued")
+            a = ex.submit(fh.ok, "a")
+            share = _future.share_live_waits
+            sent = []
+
+            def share_with_a_ctrl_c_inside(wake):
+                if not sent:
+                    sent.append(True)
+                    os.kill(os.getpid(), signal.SIGINT)
+                    _time.sleep(0)  # (a call: where the handler would run, were it not held back)
+                share(wake)
+
+            monkeypatch.setattr(_future, "share_live_waits", share_with_a_ctrl_c_inside)
+            with pytest.raises(KeyboardInterrupt):
+                a.result(timeout=30)  # (delivers b first, inside its own wait)
+            monkeypatch.undo()
+            assert sent == [True]
+            assert ran == [b]  # b's callback ran, once
+        finally:
+            free_resolver.set()
+        assert a.result(timeout=30) == "a"
+        assert b.result(timeout=0) == "b"
