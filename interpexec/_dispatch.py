@@ -47,7 +47,10 @@ class Dispatcher(PoolState):
         item: WorkItem | None = None
         try:
             while pending and len(inflight) < self.window:
-                item = pending.popleft()
+                try:
+                    item = pending.popleft()
+                except IndexError:  # a nested dispatch (a signal handler calling the pool) took the rest
+                    break
                 # (A cancelled future's callbacks already ran in cancel(): none run here.)
                 self.dispatching = item  # (see release_future_locks)
                 running = start_running(item.future)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import collections
 import itertools
-import threading
 import time
 import weakref
 
-from ._compat import lock_level, outer_level, release_if_owned
+from ._compat import RLock, lock_level, outer_level, release_if_owned
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ class MapIterator:
         self._chunk: Iterator[Any] | None = iter(()) if chunked else None
         # Several threads may share one iterator: each value goes to one of them.
         # (Re-entrant so that one a Ctrl-C leaked can be released, see __next__.)
-        self._lock = threading.RLock()
+        self._lock = RLock()  # (the C one: see _compat.lock_level)
 
     def __iter__(self) -> MapIterator:
         return self

@@ -32,7 +32,7 @@ from concurrent.futures import _base
 from itertools import islice, repeat
 from operator import call, itemgetter
 
-from ._compat import is_main_thread, queue_count, queue_take
+from ._compat import QueueEmpty, is_main_thread, queue_count, queue_take
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -104,11 +104,12 @@ class Resolver(Workers):
             with self.lock:
                 for tid in taken:
                     if tid > 0 and (item := inflight.get(tid)) is not None:
-                        # (No call between these: a Ctrl-C cannot leave the item
-                        # in neither dict, where nothing would settle it.)
+                        # (Into unsettled first: a Ctrl-C cannot leave the item in
+                        # neither dict, where nothing would settle it.  A pool
+                        # call in a signal handler may have moved it already.)
                         unsettled[tid] = item
-                        del inflight[tid]
-                        self.completed += 1
+                        if inflight.pop(tid, None) is item:
+                            self.completed += 1
                 if self.pending or self.shutdown_flag:
                     failed = self.dispatch_locked()
         if failed:
@@ -131,7 +132,10 @@ class Resolver(Workers):
         # harmless (handling is idempotent); losing one is not.
         while arrived or (n := queue_count(qid)):
             if not arrived:
-                queue_take(qid, n, arrived)
+                try:
+                    queue_take(qid, n, arrived)
+                except QueueEmpty:  # a nested take emptied the queue: what was taken is in arrived
+                    pass
             try:
                 for i in range(len(arrived)):
                     msg = arrived[i]
@@ -141,7 +145,7 @@ class Resolver(Workers):
                             arrived[i] = copied
             except IndexError:  # a nested take moved them on
                 continue
-            taken += list(map(_first, arrived))  # (one C-level step)
+            taken += map(_first, list(arrived))  # (the snapshot: one C-level step)
             try:
                 inbox.extend(map(call, repeat(arrived.popleft, len(arrived))))
             except IndexError:  # a nested take moved the rest on
@@ -279,9 +283,9 @@ class Resolver(Workers):
             # between its steps leaves this to be done here)
             with self.lock:
                 if inflight.get(tid) is item:
-                    del inflight[tid]
                     self.unsettled[tid] = item
-                    self.completed += 1
+                    if inflight.pop(tid, None) is item:  # (see take_results)
+                        self.completed += 1
                 failed = self.dispatch_locked() if self.pending or self.shutdown_flag else None
             if failed:
                 self.fail_items(failed)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from ._compat import lock_level, outer_level, release_if_owned
+from ._compat import RLock, lock_level, outer_level, release_if_owned
 from ._executor import InterpreterPoolExecutor
 
 __all__ = ["get_reusable_executor"]
@@ -13,7 +12,7 @@ __all__ = ["get_reusable_executor"]
 #: Default seconds an idle worker keeps its interpreter in the reusable pool.
 DEFAULT_IDLE_TIMEOUT = 300.0
 
-_lock = threading.RLock()  # (an RLock: release_if_owned can tell it is ours)
+_lock = RLock()  # (the C RLock: release_if_owned can tell it is ours)
 _executor: InterpreterPoolExecutor | None = None
 _config: dict[str, Any] = {}
 

@@ -28,7 +28,17 @@ import time
 import weakref
 
 from . import _compat
-from ._compat import held, is_main_thread, lock_level, outer_level, reacquire, release_all, release_if_owned
+from ._compat import (
+    RLock,
+    held,
+    is_main_thread,
+    lock_is_owned,
+    lock_level,
+    outer_level,
+    reacquire,
+    release_all,
+    release_if_owned,
+)
 from ._pickling import encode_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
@@ -67,13 +77,15 @@ class Events:
         ``timeout``, take the lock again; False on timeout."""
         if not is_main_thread():
             return self._condition.wait(timeout)
+        if not lock_is_owned(self._lock):
+            raise RuntimeError("cannot wait on un-acquired lock")
+        saved = held(self._lock)  # (however deeply held: a signal handler may have re-entered)
         try:
             pipe = borrow()
         except OSError:  # out of descriptors
             return self._condition.wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._pipes.append(pipe[1])  # (before releasing: a notify cannot fall in between)
-        saved = held(self._lock)  # (however deeply held: a signal handler may have re-entered)
         try:
             release_all(self._lock)  # (in the try: a Ctrl-C right after it is restored from)
             return wait(pipe[0], deadline, own_wfd=pipe[1])
@@ -154,7 +166,7 @@ class PoolState:
 
         # Re-entrant only so that a lock a Ctrl-C leaked can be recognized and
         # released (release_leaked_locks); nothing takes them twice.
-        self.lock = threading.RLock()
+        self.lock = RLock()  # (the C RLock, whatever threading.RLock is: see _compat.lock_level)
         self.ready = Events(self.lock)  # worker events; waited on by join/prestart/park
         self.pending: collections.deque[WorkItem] = collections.deque()
         self.inflight: dict[int, WorkItem] = {}
@@ -171,7 +183,7 @@ class PoolState:
         self.broken_cause: BaseException | None = None
         self.completed = 0
         self.start_error: Exception | None = None  # why the last worker start failed
-        self.collect_lock = threading.RLock()
+        self.collect_lock = RLock()
         self.dispatching: WorkItem | None = None  # the last item dispatch took from pending
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):

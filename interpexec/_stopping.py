@@ -166,9 +166,9 @@ class Stopper(Waiting):
         """In the child of a fork: none of the worker threads and none of the
         interpreters exist here; refuse work without touching what was shared."""
         self.forked = True
-        self.lock = threading.RLock()
+        self.lock = _compat.RLock()
         self.ready = Events(self.lock)
-        self.collect_lock = threading.RLock()
+        self.collect_lock = _compat.RLock()
         self.workers.clear()
         self.pending.clear()
         self.inflight.clear()

@@ -288,12 +288,15 @@ class Waiting(Resolver):
         nobody writes to, and gave the pipe back twice."""
         me = threading.get_ident()
         live = LIVE_WAITS.get(me, {})
-        with self.lock:
-            items = [
-                item
-                for item in self.inflight.values()
-                if item.waiter_fd and item.waiter_thread == me and item.waiter_fd - 1 not in live
-            ]
+        # (A snapshot, one C call, and no lock: this runs when a pool call fails,
+        # perhaps in a signal handler inside concurrent.futures.wait() holding
+        # futures' conditions, where waiting for the pool's lock could deadlock
+        # against a dispatch holding it and waiting for one of those.)
+        items = [
+            item
+            for item in list(self.inflight.values())
+            if item.waiter_fd and item.waiter_thread == me and item.waiter_fd - 1 not in live
+        ]
         for item in items:
             wfd = item.waiter_fd - 1
             self.detach_waiter(item, wfd)

@@ -1362,3 +1362,203 @@ def test_a_ctrl_c_as_the_main_thread_shares_its_wait_before_callbacks_loses_no_c
             free_resolver.set()
         assert a.result(timeout=30) == "a"
         assert b.result(timeout=0) == "b"
+
+
+def test_the_pool_works_when_threading_rlock_is_the_pure_python_one(monkeypatch):
+    """gevent's ``patch_thread()`` (and lock-tracing tools) make
+    ``threading.RLock()`` return the pure-Python RLock; the pool's own locks
+    must still be the C ones its lock-level bookkeeping reads."""
+    monkeypatch.setattr(threading, "_CRLock", None)
+    assert type(threading.RLock()).__module__ == "threading"
+    with InterpreterPoolExecutor(2) as ex:
+        assert ex.submit(fh.ok, 1).result(timeout=30) == 1
+        assert list(ex.map(fh.ok, range(5), timeout=30)) == list(range(5))
+        with pytest.raises(cf.TimeoutError):
+            ex.submit(fh.block_in_c, 0.5).result(timeout=0)
+
+
+#: The main thread's pool code a signal handler can interrupt (and call the pool).
+def _main_thread_pool_functions():
+    from interpexec._dispatch import Dispatcher
+    from interpexec._executor import InterpreterPoolExecutor as Executor
+    from interpexec._future import PoolFuture
+    from interpexec._resolver import Resolver
+    from interpexec._waiting import Waiting, Watch
+
+    return [
+        Resolver.take_results,
+        Resolver._take_queued,
+        Resolver.collect,
+        Resolver._deliver_in_main,
+        Resolver._handle,
+        Dispatcher.dispatch_locked,
+        Dispatcher.enqueue_locked,
+        Waiting.abandon_waits,
+        Waiting.wait_for,
+        Watch.check,
+        PoolFuture.result,
+        PoolFuture._finish,
+        Executor._submit,
+    ]
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_call_at_every_point_a_signal_handler_can_run_in_the_main_threads_pool_code():
+    """A signal handler runs in the main thread after a call, at a function's
+    start or at a loop's jump back, inside the pool's own code too, and may call
+    the pool.  At each such point of the main thread's pool functions in turn
+    (``sys.monitoring`` finds them), a "handler" submits a call and polls every
+    future with ``result(timeout=0)`` while the main thread collects results
+    itself (the resolver held busy): nothing but a timeout may come out of
+    either, every future resolves with its value, every done-callback runs
+    once, and no lock or task is left behind.  (After a reviewer's harness;
+    it found IndexError, KeyError, QueueEmpty, "deque mutated during
+    iteration" and "cannot release un-acquired lock" escaping.)"""
+    import collections
+    import dis
+    import sys
+    import traceback
+
+    main = threading.get_ident()
+    functions = _main_thread_pool_functions()
+    points = {}
+    for fn in functions:
+        found, after_call = {-1}, False
+        for ins in dis.get_instructions(fn.__code__):
+            if after_call or ins.opname == "JUMP_BACKWARD":
+                found.add(ins.offset)
+            after_call = ins.opname.startswith("CALL") and not ins.opname.startswith("CALL_INTRINSIC")
+        points[fn.__code__] = found
+    state = {"target": None, "hit": False, "on": False, "seen": set()}
+    futures: list[cf.Future] = []
+    problems: list[str] = []
+    ex = InterpreterPoolExecutor(2)
+
+    def handler() -> None:
+        try:
+            futures.append(ex.submit(fh.ok, len(futures)))
+        except Exception as exc:
+            problems.append(f"{state['target']} handler submit: {traceback.format_exception(exc)[-3:]}")
+        for f in list(futures):
+            try:
+                f.result(timeout=0)
+            except cf.TimeoutError:
+                pass
+            except Exception as exc:
+                problems.append(f"{state['target']} handler result: {traceback.format_exception(exc)[-3:]}")
+
+    def at_instruction(code, offset):
+        if not state["on"] or threading.get_ident() != main or offset not in points[code]:
+            return
+        key = (code.co_qualname, offset)
+        state["seen"].add(key)
+        if key == state["target"] and not state["hit"]:
+            state["hit"] = True
+            state["on"] = False
+            try:
+                handler()
+            finally:
+                state["on"] = True
+
+    def park_resolver():
+        """Hold the resolver in a done-callback until released (the main thread
+        collects meanwhile); returns the release event."""
+        while True:
+            parked, release, here = threading.Event(), threading.Event(), []
+
+            def park(f, here=here, parked=parked, release=release):
+                if threading.get_ident() == main:
+                    here.append(f)  # (delivered by the main thread: try again)
+                    return
+                parked.set()
+                release.wait(60)
+
+            ex.submit(fh.ok, 0).add_done_callback(park)
+            if not here:
+                assert parked.wait(20)
+                return release
+
+    ran: collections.Counter[int] = collections.Counter()
+
+    def batch(n: int) -> None:
+        del futures[:]
+        release = park_resolver()
+        mine = []
+        try:
+            for i in range(n):
+                f = ex.submit(fh.ok, 1000 + i)
+                f.add_done_callback(lambda f: ran.update([id(f)]))
+                mine.append(f)
+                futures.append(f)
+            state["on"] = True
+            try:
+                for f in reversed(mine):
+                    try:
+                        f.result(timeout=20)
+                    except Exception as exc:
+                        problems.append(f"{state['target']} outer: {traceback.format_exception(exc)[-3:]}")
+            finally:
+                state["on"] = False
+        finally:
+            release.set()
+        for f in list(futures):
+            try:
+                f.result(timeout=20)
+            except Exception as exc:
+                problems.append(f"{state['target']} afterwards: {exc!r}")
+        assert [f.result() for f in mine] == [1000 + i for i in range(n)]
+        for f in mine:
+            if ran[id(f)] != 1:
+                problems.append(f"{state['target']}: a done-callback ran {ran[id(f)]} times")
+        pool = ex._pool
+        for name, lock in (("the pool's lock", pool.lock), ("the collect lock", pool.collect_lock)):
+            if lock._is_owned():
+                problems.append(f"{state['target']}: {name} left held")
+        _until(lambda: not pool.inflight, "every task settled")
+        ran.clear()
+
+    tool = sys.monitoring.PROFILER_ID
+    sys.monitoring.use_tool_id(tool, "interpexec-test")
+    try:
+        events = sys.monitoring.events
+        sys.monitoring.register_callback(tool, events.INSTRUCTION, at_instruction)
+        sys.monitoring.register_callback(tool, events.PY_START, lambda code, offset: at_instruction(code, -1))
+        for fn in functions:
+            sys.monitoring.set_local_events(tool, fn.__code__, events.INSTRUCTION | events.PY_START)
+        ex.submit(fh.ok, 1).result(timeout=30)
+        state["target"] = ("none", 0)
+        batch(6)
+        todo, done = sorted(state["seen"]), set()
+        while todo:
+            target = todo.pop(0)
+            if target in done:
+                continue
+            done.add(target)
+            state["target"], state["hit"] = target, False
+            batch(6)
+            todo += sorted(state["seen"] - done)
+            state["seen"] = set(done)
+        assert len(done) > 40  # (the points were found and visited)
+    finally:
+        for fn in functions:
+            sys.monitoring.set_local_events(tool, fn.__code__, 0)
+        sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, None)
+        sys.monitoring.register_callback(tool, sys.monitoring.events.PY_START, None)
+        sys.monitoring.free_tool_id(tool)
+        ex.shutdown(wait=True)
+    assert not problems, problems[:5]
+
+
+def test_waiting_for_worker_events_without_the_lock_is_refused():
+    """Like ``threading.Condition.wait``: the main thread's pipe-based wait for
+    the pool's worker events refuses a caller that does not hold the lock
+    (it used to release nothing, then take the lock for good at count 0)."""
+    from interpexec import _compat, _state
+
+    lock = _compat.RLock()
+    events = _state.Events(lock)
+    with pytest.raises(RuntimeError, match="un-acquired"):
+        events.wait(0.01)
+    assert not lock._is_owned()
+    assert lock.acquire(blocking=False)
+    lock.release()
