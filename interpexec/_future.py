@@ -201,9 +201,15 @@ class PoolFuture(Future[T]):
                 _base.Future._invoke_callbacks(self)  # type: ignore[attr-defined]
 
     def result(self, timeout: float | None = None) -> T:
-        if self._state == _FINISHED and self._exception is None:
-            # Finished is final, and _result was set before _state: no lock needed.
-            return self._result  # type: ignore[return-value]
+        if self._state == _FINISHED:
+            # Finished is final, and the outcome was stored before the state: no
+            # lock needed (nor any clean-up on the way out).
+            if self._exception is None:
+                return self._result  # type: ignore[return-value]
+            try:
+                raise self._exception
+            finally:
+                self = None  # type: ignore[assignment]  # (no cycle with the exception, as the standard one)
         # The levels of the locks this thread holds on entry: not 0 in a signal
         # handler (or a finalizer) run inside the pool's code or inside
         # concurrent.futures.wait() (which holds the futures' conditions).
