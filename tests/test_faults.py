@@ -26,6 +26,7 @@ clear, and the pool stays usable unless it says it is broken.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import pickle
 import signal
@@ -1200,6 +1201,19 @@ def test_a_ctrl_c_right_after_a_condition_wait_released_its_lock(condition, monk
     assert not lock._is_owned()
 
 
+@contextlib.contextmanager
+def _resolver_held_busy(ex):
+    """Hold the pool's resolver in a done-callback until the block ends: the
+    main thread then takes and delivers the results itself."""
+    busy, free = threading.Event(), threading.Event()
+    ex.submit(fh.ok, "c").add_done_callback(lambda f: (busy.set(), free.wait(20)))
+    try:
+        assert busy.wait(10)  # the resolver runs the callback until freed
+        yield
+    finally:
+        free.set()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", ["taking results off the queue", "delivering them"])
 def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, monkeypatch):
@@ -1213,14 +1227,10 @@ def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, 
 
     from interpexec import _compat, _resolver
 
-    resolver_busy, free_resolver = threading.Event(), threading.Event()
     with InterpreterPoolExecutor(1) as ex:
         ex.prestart(wait=True)
         pool = ex._pool
-        c = ex.submit(fh.ok, "c")
-        c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
-        try:
-            assert resolver_busy.wait(10)  # the resolver runs c's callback until freed
+        with _resolver_held_busy(ex):
             futures = [ex.submit(bytearray, 1000 + i) for i in range(3)]  # (results with out-of-band buffers)
             _until(lambda: _compat.queue_count(pool.results.qid) >= 3, "the results queued")
             nested: list[bool] = []
@@ -1251,8 +1261,6 @@ def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, 
             monkeypatch.undo()
             assert nested == [True, True]  # (the nested collect delivered)
             assert all(f.done() for f in futures)
-        finally:
-            free_resolver.set()
         assert [f.result(timeout=10) for f in futures] == [bytearray(1000 + i) for i in range(3)]
         assert ex.submit(fh.ok, 4).result(timeout=30) == 4
 
@@ -1327,14 +1335,10 @@ def test_a_ctrl_c_as_the_main_thread_shares_its_wait_before_callbacks_loses_no_c
 
     from interpexec import _future
 
-    resolver_busy, free_resolver = threading.Event(), threading.Event()
     with InterpreterPoolExecutor(2) as ex:
         ex.prestart(wait=True)
         pool = ex._pool
-        c = ex.submit(fh.ok, "c")
-        c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
-        try:
-            assert resolver_busy.wait(10)  # the resolver is held in c's callback
+        with _resolver_held_busy(ex):
             ran = []
             b = ex.submit(fh.ok, "b")
             b.add_done_callback(ran.append)
@@ -1358,8 +1362,6 @@ def test_a_ctrl_c_as_the_main_thread_shares_its_wait_before_callbacks_loses_no_c
             monkeypatch.undo()
             assert sent == [True]
             assert ran == [b]  # b's callback ran, once
-        finally:
-            free_resolver.set()
         assert a.result(timeout=30) == "a"
         assert b.result(timeout=0) == "b"
 
