@@ -164,8 +164,10 @@ class PoolState:
         self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
         self.task_written = 0
 
-        # Re-entrant only so that a lock a Ctrl-C leaked can be recognized and
-        # released (release_leaked_locks); nothing takes them twice.
+        # Re-entrant so that a lock a Ctrl-C leaked can be recognized and
+        # released (release_leaked_locks); the pool's own code never takes them
+        # twice, but a signal handler (or a finalizer) calling the pool inside
+        # that code does (see architecture.md, "Who resolves futures").
         self.lock = RLock()  # (the C RLock, whatever threading.RLock is: see _compat.lock_level)
         self.ready = Events(self.lock)  # worker events; waited on by join/prestart/park
         self.pending: collections.deque[WorkItem] = collections.deque()
