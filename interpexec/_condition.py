@@ -32,14 +32,14 @@ class FutureCondition(RLock):  # type: ignore[misc]
 
     def wait(self, timeout: float | None = None) -> bool:
         lock: Any = self
-        if not lock_is_owned(lock):
+        saved_state = held(lock)  # (what to restore, taken before anything is released)
+        if not saved_state[0]:
             raise RuntimeError("cannot wait on un-acquired lock")
         waiter = allocate_lock()
         waiter.acquire()
         if self._waiters is None:
             self._waiters = deque()
         self._waiters.append(waiter)
-        saved_state = held(lock)
         gotit = False
         try:  # restore state no matter what (e.g., KeyboardInterrupt)
             release_all(lock)  # (in the try: a Ctrl-C right after it is restored from)

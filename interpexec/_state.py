@@ -32,7 +32,6 @@ from ._compat import (
     RLock,
     held,
     is_main_thread,
-    lock_is_owned,
     lock_level,
     outer_level,
     reacquire,
@@ -77,9 +76,9 @@ class Events:
         ``timeout``, take the lock again; False on timeout."""
         if not is_main_thread():
             return self._condition.wait(timeout)
-        if not lock_is_owned(self._lock):
-            raise RuntimeError("cannot wait on un-acquired lock")
         saved = held(self._lock)  # (however deeply held: a signal handler may have re-entered)
+        if not saved[0]:
+            raise RuntimeError("cannot wait on un-acquired lock")
         try:
             pipe = borrow()
         except OSError:  # out of descriptors
