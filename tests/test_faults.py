@@ -1265,6 +1265,7 @@ def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, 
         assert ex.submit(fh.ok, 4).result(timeout=30) == 4
 
 
+@pytest.mark.timeout(60)
 def test_a_map_iterator_a_ctrl_c_cut_short_in_its_creation_is_collected_quietly(capsys):
     """A Ctrl-C landing inside ``MapIterator.__init__`` left an object without
     its futures; collecting it printed "Exception ignored ... AttributeError"."""
@@ -1366,6 +1367,7 @@ def test_a_ctrl_c_as_the_main_thread_shares_its_wait_before_callbacks_loses_no_c
         assert b.result(timeout=0) == "b"
 
 
+@pytest.mark.timeout(60)
 def test_the_pool_works_when_threading_rlock_is_the_pure_python_one(monkeypatch):
     """gevent's ``patch_thread()`` (and lock-tracing tools) make
     ``threading.RLock()`` return the pure-Python RLock; the pool's own locks
@@ -1551,6 +1553,7 @@ def test_a_pool_call_at_every_point_a_signal_handler_can_run_in_the_main_threads
     assert not problems, problems[:5]
 
 
+@pytest.mark.timeout(60)
 def test_waiting_for_worker_events_without_the_lock_is_refused():
     """Like ``threading.Condition.wait``: the main thread's pipe-based wait for
     the pool's worker events refuses a caller that does not hold the lock
