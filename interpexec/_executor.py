@@ -18,10 +18,10 @@ from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import encode_callable
 from ._pool import Pool, exiting
-from ._protocol import CALL, CHUNK
+from ._protocol import CALL, CHUNK, NAMED
 from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import LIVE_POOLS
-from ._transport import encode_call_args, encode_columns
+from ._transport import encode_call_args, encode_columns, few_native_args
 
 # typing is not imported at run time: it costs a few milliseconds of every
 # program's start-up, for nothing a submit needs.
@@ -363,7 +363,11 @@ def _encode_call(
         return (tid, CHUNK, encode_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
     if not callable(fn):
         raise TypeError(f"{fn!r} is not callable")
-    return (tid, CALL, encode_callable(fn), encode_call_args(args, kwargs), timeout)
+    ref = encode_callable(fn)
+    if type(ref) is tuple and not kwargs and few_native_args(args):
+        # (the common case, as one flat tuple: the cheapest message to cross)
+        return (tid, NAMED, ref[0], ref[1], timeout, *args)
+    return (tid, CALL, ref, encode_call_args(args, kwargs), timeout)
 
 
 def _parent_log_level() -> int:

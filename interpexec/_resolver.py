@@ -46,6 +46,7 @@ from ._protocol import (
     EVENT,
     OK,
     TIMEOUT,
+    VALUE,
 )
 from ._shared import relend
 from ._state import LIVE_POOLS, WorkItem
@@ -274,6 +275,8 @@ class Resolver(Workers):
         fut = item.future
         if fut._state != _base.RUNNING:
             outcome = None
+        elif kind == VALUE:
+            outcome = (True, msg[2])  # (the common case, inline)
         elif kind == OK and msg[2][0] == NATIVE:
             outcome = (True, msg[2][1])  # (the common case, inline)
         else:
@@ -307,6 +310,8 @@ class Resolver(Workers):
     def _outcome(self, item: WorkItem, kind: int, msg: tuple[Any, ...]) -> tuple[bool, Any]:
         """(True, value) or (False, exception) for a result message; decoding runs
         no callback (but may run a class's ``__setstate__``)."""
+        if kind == VALUE:
+            return True, msg[2]
         if kind == OK:
             try:
                 enc = msg[2]

@@ -97,17 +97,24 @@ def encode_flat(items: tuple[Any, ...], *, share_buffers: bool, snapshot: bool =
     return encode(items, share_buffers=share_buffers, snapshot=snapshot)
 
 
+def few_native_args(args: tuple[Any, ...]) -> bool:
+    """True for the common case of a few positional arguments that all cross
+    natively (checked without a Python call per scalar)."""
+    if len(args) > 8:
+        return False
+    for a in args:
+        tp = type(a)
+        if tp in SCALARS or (tp is int and INT64_MIN <= a <= INT64_MAX) or (tp is tuple and is_native(a)):
+            continue
+        return False
+    return True
+
+
 def encode_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Encoded:
     """``encode((args, tuple(kwargs.items())), share_buffers=True)``, with a fast
     path for the common case of a few scalar positional arguments."""
-    if not kwargs and len(args) <= 8:
-        for a in args:
-            tp = type(a)
-            if tp in SCALARS or (tp is int and INT64_MIN <= a <= INT64_MAX) or (tp is tuple and is_native(a)):
-                continue
-            break
-        else:
-            return (NATIVE, (args, ()))
+    if not kwargs and few_native_args(args):
+        return (NATIVE, (args, ()))
     return encode((args, tuple(kwargs.items())), share_buffers=True)
 
 

@@ -36,9 +36,11 @@ from ._protocol import (
     EXIT_RETIRED,
     EXIT_STOP,
     INIT_TID,
+    NAMED,
     OK,
     STOP,
     STOPPED,
+    VALUE,
     Interrupted,
     WorkerSettings,
     bare_report,
@@ -110,6 +112,16 @@ def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) 
                 if crossed is buffer:
                     return (LENT, index, value.format, tuple(value.shape or ()))
     return encode(value, share_buffers=False, snapshot=True)
+
+
+#: What a NAMED call's arguments count as for ``_encode_result``: crossed natively.
+_NAMED_PAYLOAD = (NATIVE, None)
+
+
+def _value_report(tid: int, value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The message for a task's return value: flat (VALUE) when it crosses natively."""
+    enc = _encode_result(value, payload, args)
+    return (tid, VALUE, enc[1]) if enc[0] == NATIVE else (tid, OK, enc)
 
 
 def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
@@ -255,12 +267,17 @@ def _serve(
         if timeout is not None:
             watchdog.poke()
         try:
-            fn = load_fn(msg[2])
-            if kind == CALL:
+            if kind == NAMED:  # (module, qualname) and the arguments, flat
+                args = msg[5:]
+                value = load_fn(msg[2:4])(*args)
+                out: tuple[Any, ...] = _value_report(tid, value, _NAMED_PAYLOAD, args)
+            elif kind == CALL:
+                fn = load_fn(msg[2])
                 args, kwargs = load_payload(msg[3])
                 value = fn(*args, **dict(kwargs)) if kwargs else fn(*args)
-                out: tuple[Any, ...] = (tid, OK, _encode_result(value, msg[3], args))
+                out = _value_report(tid, value, msg[3], args)
             else:  # CHUNK: argument columns in, one column of results out
+                fn = load_fn(msg[2])
                 columns = load_payload(msg[3])
                 values = tuple(map(fn, *columns))
                 if columns and len(values) != len(columns[0]):

@@ -103,3 +103,62 @@ def test_a_function_the_worker_cannot_find_fails_as_pickle_says(pool, where):
     with pytest.raises(AttributeError) as expected:
         pickle.loads(blob)
     assert type(error) is AttributeError and str(error) == str(expected.value)
+
+
+_CALLS = {
+    # (args, kwargs): the flat form (a function by name, a few native positional
+    # arguments) and every way a call leaves it
+    "no arguments": ((), {}, True),
+    "native scalars": ((None, True, 1.5, -0.0, "s", b"b", 2**63 - 1, -(2**63)), {}, True),
+    "a native tuple": (((1, ("x", b"y")), None), {}, True),
+    "nine arguments": (tuple(range(9)), {}, False),
+    "an int beyond 64 bits": ((2**63,), {}, False),
+    "a list": (([1, 2],), {}, False),
+    "an int subclass": ((True, th.Flag.ON), {}, False),
+    "keywords": ((1,), {"b": (2, "x")}, False),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("call", list(_CALLS), ids=list(_CALLS))
+def test_every_call_form_delivers_the_arguments_and_the_result_exactly(pool, call):
+    """A call takes the flat NAMED message (and its native result the flat VALUE
+    one) only when it is a function by name with a few native positional
+    arguments; whichever way a call travels, the worker sees exactly what was
+    passed, and the caller gets exactly what the task returned, types included."""
+    from interpexec._executor import _encode_call
+    from interpexec._protocol import CALL, NAMED
+
+    from . import helpers as h
+
+    args, kwargs, flat = _CALLS[call]
+    assert _encode_call(7, h.echo, args, kwargs, None)[1] == (NAMED if flat else CALL)
+    assert pool.submit(h.typed_remote, args).result(timeout=30) == h.typed(args)
+    got = pool.submit(h.echo, *args, **kwargs).result(timeout=30)
+    assert h.typed(got) == h.typed((args, kwargs))
+    # results of every kind come back as they were, flat or not
+    for value in [*args, args, [args], {"k": args}]:
+        assert h.typed(pool.submit(h.identity, value).result(timeout=30)) == h.typed(value)
+
+
+@pytest.mark.timeout(30)
+def test_a_flat_call_to_a_function_that_cannot_be_found_fails_with_its_name(pool):
+    """A function sent by name that the worker cannot import fails the future
+    with an error naming it (the flat message goes through the same loader)."""
+    import types
+
+    from interpexec._executor import _encode_call
+    from interpexec._protocol import NAMED
+
+    module = types.ModuleType("interpexec_test_nowhere")
+    exec("def gone(x):\n    return x\n", module.__dict__)
+    import sys
+
+    sys.modules[module.__name__] = module
+    try:
+        assert _encode_call(1, module.gone, (1,), {}, None)[1] == NAMED
+        with pytest.raises(BaseException, match="interpexec_test_nowhere") as info:
+            pool.submit(module.gone, 1).result(timeout=20)
+        assert not isinstance(info.value, (KeyboardInterrupt, SystemExit))
+    finally:
+        del sys.modules[module.__name__]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+
 
 def second(a, b):
     """Return the second argument unchanged."""
@@ -41,3 +43,9 @@ def shadowed():  # (the second on purpose: see first_shadowed)
 
 class Holder:
     """A class whose attributes a test sets in the caller only."""
+
+
+class Flag(enum.IntEnum):
+    """An int subclass: it must cross pickled, to stay a Flag."""
+
+    ON = 1
