@@ -22,6 +22,7 @@ Channels and their messages::
       few positional arguments that all cross natively
 
   result channel (workers -> main)
+      tid                                      the task returned None: a bare int
       (tid, VALUE,   value)                    a value that crosses natively, flat
       (tid, OK,      encoded value)            any other; a CHUNK's value is a tuple of results
       (tid, ERR,     packed exception)
@@ -40,6 +41,10 @@ Channels and their messages::
 The flat forms exist for speed: each tuple level a message has costs both
 interpreters an allocation, a conversion and (for the sender) a release call
 queued by the receiver; a flat message of a no-op call costs about a third less.
+A bare int (a task that returned None) needs no release call at all: the main
+interpreter queues none into the worker, which the worker would contend for
+with the main interpreter's own (the main side turns it into ``(tid, VALUE,
+None)`` as it takes it, see ``Resolver._take_queued``).
 
 Beside the messages, the one exception that is part of the worker side's
 vocabulary: :class:`Interrupted`, which the watchdog raises in a task to stop

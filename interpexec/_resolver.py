@@ -139,14 +139,22 @@ class Resolver(Workers):
                     pass
             try:
                 for i in range(len(arrived)):
-                    msg = arrived[i]
-                    if msg[1] == OK and len(msg[2]) == 3:
+                    msg: Any = arrived[i]
+                    if type(msg) is int:  # a task that returned None (see _protocol)
+                        if arrived[i] is msg:  # (no call between the test and the store)
+                            arrived[i] = (msg, VALUE, None)
+                    elif msg[1] == OK and len(msg[2]) == 3:
                         copied = (msg[0], OK, materialize(msg[2]))
                         if arrived[i] is msg:  # (no call between the test and the store)
                             arrived[i] = copied
             except IndexError:  # a nested take moved them on
                 continue
-            taken += map(_first, list(arrived))  # (the snapshot: one C-level step)
+            snapshot: list[Any] = list(arrived)  # (one C-level step)
+            try:
+                tids = list(map(_first, snapshot))
+            except TypeError:  # a bare id a nested take (cut short by an exception) left
+                tids = [m if type(m) is int else m[0] for m in snapshot]
+            taken += tids
             try:
                 inbox.extend(map(call, repeat(arrived.popleft, len(arrived))))
             except IndexError:  # a nested take moved the rest on
@@ -251,19 +259,23 @@ class Resolver(Workers):
             raise
         return handled
 
-    def _unfinished(self, msg: tuple[Any, ...]) -> bool:
+    def _unfinished(self, msg: Any) -> bool:
         """Would handling ``msg`` again do something left undone?"""
+        if type(msg) is int:  # (see _handle)
+            return msg in self.inflight or msg in self.unsettled
         if msg[1] == EVENT:
             return bool(msg[3] != EV_LOG)
         return msg[0] in self.inflight or msg[0] in self.unsettled
 
-    def _handle(self, msg: tuple[Any, ...]) -> None:
+    def _handle(self, msg: Any) -> None:
         """Handle one message; safe to repeat (see ``_unfinished``).
 
         The task leaves ``inflight`` (freeing its place in the window) before its
         future is settled, since settling runs callbacks that may submit and wait;
         meanwhile it is in ``unsettled``, so an exception before it is settled
         leaves it to be handled again."""
+        if type(msg) is int:  # a bare id that a nested take cut short left (see _take_queued)
+            msg = (msg, VALUE, None)
         tid, kind = msg[0], msg[1]
         if kind == EVENT:
             self._event(msg[2], msg[3], msg[4])

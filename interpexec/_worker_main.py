@@ -118,8 +118,11 @@ def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) 
 _NAMED_PAYLOAD = (NATIVE, None)
 
 
-def _value_report(tid: int, value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The message for a task's return value: flat (VALUE) when it crosses natively."""
+def _value_report(tid: int, value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...] | int:
+    """The message for a task's return value: the bare task id for None, flat
+    (VALUE) when it crosses natively."""
+    if value is None:
+        return tid
     enc = _encode_result(value, payload, args)
     return (tid, VALUE, enc[1]) if enc[0] == NATIVE else (tid, OK, enc)
 
@@ -258,7 +261,7 @@ def _serve(
     # Ready to take tasks (prestart(wait=True) waits for this): after the initializer.
     results.put((-1, EVENT, index, EV_STARTED, _compat.current_interpreter_id()))
 
-    def run(msg: tuple[Any, ...]) -> tuple[Any, ...]:
+    def run(msg: tuple[Any, ...]) -> tuple[Any, ...] | int:
         """Run one task.  An Interrupted may surface anywhere from the moment
         ``state.tid`` is set until it is cleared; the caller catches that."""
         tid, kind, timeout = msg[0], msg[1], msg[4]
@@ -270,7 +273,7 @@ def _serve(
             if kind == NAMED:  # (module, qualname) and the arguments, flat
                 args = msg[5:]
                 value = load_fn(msg[2:4])(*args)
-                out: tuple[Any, ...] = _value_report(tid, value, _NAMED_PAYLOAD, args)
+                out: tuple[Any, ...] | int = _value_report(tid, value, _NAMED_PAYLOAD, args)
             elif kind == CALL:
                 fn = load_fn(msg[2])
                 args, kwargs = load_payload(msg[3])

@@ -25,6 +25,7 @@ clear, and the pool stays usable unless it says it is broken.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import contextlib
 import os
@@ -1212,6 +1213,33 @@ def _resolver_held_busy(ex):
         yield
     finally:
         free.set()
+
+
+@pytest.mark.timeout(60)
+def test_bare_task_ids_wherever_a_collect_finds_them_resolve_their_futures_to_none():
+    """A task that returns None reports it as its bare id (no tuple: nothing the
+    main interpreter must hand back to the worker to release).  The collect
+    turns each into a VALUE message as it takes it; one that a nested take cut
+    short by an exception left as it came (in ``arrived``, or already moved on
+    to ``inbox``) is handled all the same."""
+    from interpexec import _compat
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        with _resolver_held_busy(ex):
+            futures = [ex.submit(fh.ok, None) for _ in range(4)]
+            _until(lambda: _compat.queue_count(pool.results.qid) >= 4, "the results queued")
+            taken = collections.deque()
+            _compat.queue_take(pool.results.qid, 2, taken)
+            assert [type(m) for m in taken] == [int, int]  # what the workers put
+            pool.arrived.append(taken.popleft())
+            pool.inbox.append(taken.popleft())
+            pool.collect()  # (the other two still on the queue)
+            assert [f.result(timeout=0) for f in futures] == [None] * 4
+            tids = {f._ie_tid for f in futures}
+            assert not tids & (pool.inflight.keys() | pool.unsettled.keys())
+            assert not pool.inbox and not pool.arrived
 
 
 @pytest.mark.timeout(60)
