@@ -4,7 +4,8 @@ Both sides import this module, so every message kind has one name and one
 number here, and nothing else is ever sent: no source code, no strings to
 parse.  Every message is a tuple of natively shareable values (None, bool,
 int, float, str, bytes and tuples of them, see :mod:`interpexec._transport`),
-so the queues never pickle anything themselves.
+or one int (a task that returned None), so the queues never pickle anything
+themselves.
 
 Channels and their messages::
 
