@@ -113,6 +113,12 @@ _pool_counter = itertools.count()
 
 def _main_info() -> tuple[str | None, str | None]:
     main = sys.modules.get("__main__")
+    if main is not None:
+        # A worker runs this script as "__mp_main__" (see _worker_env.MainFixup),
+        # so what it defines (a class of a result, an exception) pickles under
+        # that name: here, that is this __main__, as multiprocessing arranges
+        # when it is imported (which this package no longer does).
+        sys.modules.setdefault("__mp_main__", main)
     spec = getattr(main, "__spec__", None)
     name = getattr(spec, "name", None) if spec is not None else None
     path = getattr(main, "__file__", None)

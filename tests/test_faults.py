@@ -305,6 +305,54 @@ def test_functions_in_main_script_work_and_guard_is_respected(tmp_path):
     assert "[0, 3, 6, 9, 12] 9" in proc.stdout
 
 
+MAIN_CLASSES_COME_BACK = textwrap.dedent(
+    """
+    import sys
+    from interpexec import InterpreterPoolExecutor
+
+    class Point:
+        def __init__(self, x):
+            self.x = x
+
+    class MyError(Exception):
+        pass
+
+    def make(x):
+        return Point(x)
+
+    def fail(x):
+        raise MyError(f"bad {x}")
+
+    if __name__ == "__main__":
+        with InterpreterPoolExecutor(1) as pool:
+            made, echoed = pool.submit(make, 1).result(timeout=20), pool.submit(make, 2).result(timeout=20)
+            print(type(made) is Point, made.x, type(echoed) is Point, echoed.x, flush=True)
+            try:
+                pool.submit(fail, 3).result(timeout=20)
+            except MyError as exc:
+                print("caught", type(exc) is MyError, exc, flush=True)
+            print("multiprocessing imported:", "multiprocessing" in sys.modules, flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_instances_of_a_scripts_classes_come_back_as_those_classes(tmp_path):
+    """What a task defined in the caller's script returns, or raises, is an
+    instance of the script's own class, as with ProcessPoolExecutor (the docs
+    promise it): the worker's copy of the script runs as ``__mp_main__``, the
+    name its classes pickle under, which the caller must resolve to its
+    ``__main__`` even when nothing imported multiprocessing (which sets that
+    alias)."""
+    script = tmp_path / "prog.py"
+    script.write_text(MAIN_CLASSES_COME_BACK)
+    proc = run_script("", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "True 1 True 2" in proc.stdout
+    assert "caught True bad 3" in proc.stdout
+    assert "multiprocessing imported: False" in proc.stdout  # (else the alias came from it)
+
+
 MAIN_NAMED_LIKE_THE_BOOTSTRAP = textwrap.dedent(
     """
     from interpexec import InterpreterPoolExecutor
