@@ -21,7 +21,7 @@ from ._pool import Pool, exiting
 from ._protocol import CALL, CHUNK, NAMED
 from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import LIVE_POOLS
-from ._transport import encode_call_args, encode_columns, few_native_args
+from ._transport import NATIVE, encode, encode_columns, few_native_args
 
 # typing is not imported at run time: it costs a few milliseconds of every
 # program's start-up, for nothing a submit needs.
@@ -364,10 +364,11 @@ def _encode_call(
     if not callable(fn):
         raise TypeError(f"{fn!r} is not callable")
     ref = encode_callable(fn)
-    if type(ref) is tuple and not kwargs and few_native_args(args):
-        # (the common case, as one flat tuple: the cheapest message to cross)
-        return (tid, NAMED, ref[0], ref[1], timeout, *args)
-    return (tid, CALL, ref, encode_call_args(args, kwargs), timeout)
+    if not kwargs and few_native_args(args):
+        if type(ref) is tuple:  # (the common case, as one flat tuple: the cheapest message to cross)
+            return (tid, NAMED, ref[0], ref[1], timeout, *args)
+        return (tid, CALL, ref, (NATIVE, (args, ())), timeout)
+    return (tid, CALL, ref, encode((args, tuple(kwargs.items())), share_buffers=True), timeout)
 
 
 def _parent_log_level() -> int:

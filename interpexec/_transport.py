@@ -110,14 +110,6 @@ def few_native_args(args: tuple[Any, ...]) -> bool:
     return True
 
 
-def encode_call_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Encoded:
-    """``encode((args, tuple(kwargs.items())), share_buffers=True)``, with a fast
-    path for the common case of a few scalar positional arguments."""
-    if not kwargs and few_native_args(args):
-        return (NATIVE, (args, ()))
-    return encode((args, tuple(kwargs.items())), share_buffers=True)
-
-
 def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     """Turn ``obj`` into a natively shareable tuple.
 
