@@ -117,13 +117,15 @@ class Workers(Dispatcher):
                 # meant for another: dispatch below sends a new one if so)
                 self.stops_sent -= 1
             if (
-                (how == "idle" or worker.retired)
+                (how in ("idle", "retired") or worker.retired)
                 and (self.inflight or self.pending)
                 and self.broken is None
                 and self.active < self.max_workers
             ):
                 # Work arrived as it left; or a retired worker's slot is free at
-                # last (every slot held by retired workers, none could start).
+                # last (every slot held by retired workers, none could start); or
+                # a worker whose watchdog retired it (a deadline) ended before
+                # the resolver handled that news (retire() then finds it gone).
                 self.start_locked()
             failed = self.dispatch_locked() if self.shutdown_flag and self.started else []
             self.ready.notify_all()
@@ -140,21 +142,24 @@ class Workers(Dispatcher):
     def retire(self, slot: int, why: str | None = None) -> None:
         """Stop counting on the worker in ``slot`` (stuck, timed out, or waiting
         for threads its tasks left) and start another in its place."""
+        failed: list[tuple[WorkItem, BaseException]] | None = None
         with self.lock:
             worker = self.workers.get(slot)
-            if worker is None or worker.retired:
-                return
-            worker.retired = True
-            self.active -= 1
-            self.ready_slots.discard(slot)
-            failed: list[tuple[WorkItem, BaseException]] = []
-            if self.broken is None and (not self.shutdown_flag or self.pending or self.inflight):
-                self.start_locked()
-                failed = self.dispatch_locked()
-            self.ready.notify_all()
-        self.fail_items(failed)
-        self.after_start()
-        if why:
+            # (Gone already: it ended before this news arrived, and worker_exited
+            # started its replacement.)
+            if worker is not None and not worker.retired:
+                worker.retired = True
+                self.active -= 1
+                self.ready_slots.discard(slot)
+                failed = []
+                if self.broken is None and (not self.shutdown_flag or self.pending or self.inflight):
+                    self.start_locked()
+                    failed = self.dispatch_locked()
+                self.ready.notify_all()
+        if failed is not None:
+            self.fail_items(failed)
+            self.after_start()
+        if why:  # (last: with warnings as errors it raises; even if the worker is gone)
             warnings.warn(why, RuntimeWarning, stacklevel=1)
 
     def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:

@@ -1264,6 +1264,29 @@ def _resolver_held_busy(ex):
 
 
 @pytest.mark.timeout(60)
+def test_a_worker_its_watchdog_retired_that_ends_before_the_news_is_handled_is_replaced():
+    """At a deadline a worker's watchdog reports the timeout and retires the
+    worker (TIMEOUT, EV_STUCK); the worker ends as soon as the task returns.  If
+    it ended before the resolver handled EV_STUCK, nothing replaced it: the
+    resolver's retire() found it gone, and the worker's exit, not retired yet
+    on the pool's side, started no other.  Twice, and a pool was left with no
+    worker and its queued tasks for ever (seen in CI on 3.13 and 3.14, in the
+    random deadlines test).  The resolver is held busy here so that the worker
+    always ends first."""
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        (first,) = pool.workers.values()
+        with _resolver_held_busy(ex):
+            late = ex.schedule(fh.busy_then_value, (30.0, "late"), timeout=0.05)
+            queued = [ex.submit(fh.ok, i) for i in range(3)]
+            _until(lambda: first.slot not in pool.workers or pool.workers[first.slot] is not first, "the worker ended")
+        assert isinstance(late.exception(timeout=20), TimeoutError)
+        assert [f.result(timeout=20) for f in queued] == [0, 1, 2]
+        assert pool.active == 1 and len([w for w in pool.workers.values() if not w.retired]) == 1
+
+
+@pytest.mark.timeout(60)
 def test_bare_task_ids_wherever_a_collect_finds_them_resolve_their_futures_to_none():
     """A task that returns None reports it as its bare id (no tuple: nothing the
     main interpreter must hand back to the worker to release).  The collect
