@@ -139,15 +139,17 @@ class Workers(Dispatcher):
     def after_worker_exit(self) -> None:
         """Hook for the resolver: a worker is gone, or the pool broke."""
 
-    def retire(self, slot: int, why: str | None = None) -> None:
+    def retire(self, slot: int, why: str | None = None, interp: int | None = None) -> None:
         """Stop counting on the worker in ``slot`` (stuck, timed out, or waiting
-        for threads its tasks left) and start another in its place."""
+        for threads its tasks left) and start another in its place; with
+        ``interp``, only if that worker still runs that interpreter."""
         failed: list[tuple[WorkItem, BaseException]] | None = None
         with self.lock:
             worker = self.workers.get(slot)
-            # (Gone already: it ended before this news arrived, and worker_exited
-            # started its replacement.)
-            if worker is not None and not worker.retired:
+            # (News from an interpreter that ended before it arrived: the worker
+            # is gone and worker_exited started its replacement, perhaps in this
+            # very slot; or it went on in a fresh interpreter (recycled).)
+            if worker is not None and not worker.retired and (interp is None or worker.interp_id == interp):
                 worker.retired = True
                 self.active -= 1
                 self.ready_slots.discard(slot)

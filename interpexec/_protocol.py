@@ -114,9 +114,9 @@ def bare_report(exc: BaseException) -> tuple[Any, ...]:
 # events (data in brackets)
 EV_STARTED = 0  # ready to take tasks, after the initializer [interpreter id]
 EV_INIT_FAILED = 1  # the initializer raised or timed out [packed exception]
-EV_STUCK = 2  # a stopped task did not return to Python within the grace [tid]
+EV_STUCK = 2  # a stopped task did not return to Python within the grace [(tid, interpreter id)]
 EV_LOG = 3  # a logging record [its fields, see _worker_env.LogForwarder]
-EV_THREADS_LEFT = 4  # threads a task left running when the interpreter ended [names]
+EV_THREADS_LEFT = 4  # threads a task left running when the interpreter ended [(names, interpreter id)]
 
 # commands
 INTERRUPT = 0

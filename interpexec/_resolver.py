@@ -370,9 +370,9 @@ class Resolver(Workers):
             except Exception as exc:
                 _report("a logging handler raised while logging a failed initializer", exc)
         elif event == EV_STUCK:
-            self.retire(slot)
+            self.retire(slot, interp=data[1])
         elif event == EV_THREADS_LEFT:
-            self.retire(slot, warn_threads_left(slot, data))
+            self.retire(slot, warn_threads_left(slot, data[0]), interp=data[1])
         elif event == EV_LOG:
             try:
                 _forward_log(data)

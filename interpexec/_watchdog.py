@@ -218,6 +218,9 @@ class Watchdog:
         self.index = index
         self.grace = grace
         self.handle: Any = None
+        # (Sent with EV_STUCK: the pool retires the worker only if it still runs
+        # this interpreter; see Workers.retire.)
+        self.interp_id = _compat.current_interpreter_id()
 
     def start(self) -> None:
         # A plain joinable thread (isolated interpreters allow no daemon threads);
@@ -269,7 +272,7 @@ class Watchdog:
         st.retired = True
         st.timed_out = st.tid
         self.results.put((st.tid, TIMEOUT, st.timeout))
-        self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
+        self.results.put((-1, EVENT, self.index, EV_STUCK, (st.tid, self.interp_id)))
 
     def _run(self) -> None:
         poller = select.poll()
@@ -327,7 +330,7 @@ class Watchdog:
             elif st.tid and st.fired and not st.stuck_reported and not st.retired and now >= st.fired_at + self.grace:
                 st.stuck_reported = True
                 st.retired = True
-                self.results.put((-1, EVENT, self.index, EV_STUCK, st.tid))
+                self.results.put((-1, EVENT, self.index, EV_STUCK, (st.tid, self.interp_id)))
             if st.tid and st.fired and (now >= st.refire_at or (st.swallowed and now >= st.last_fire + REFIRE_FIRST)):
                 self._fire(now)  # the task still runs: the last one was dropped, caught, or is pending in C
         return False

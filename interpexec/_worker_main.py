@@ -187,7 +187,8 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     if not threads.wait(settings.thread_grace):
         # Say what was left, then wait on: the pool retires this worker (a fresh
         # one takes its place) and destroys the interpreter once they end.
-        results.put((-1, EVENT, settings.index, EV_THREADS_LEFT, tuple(threads.names())))
+        names = tuple(threads.names())
+        results.put((-1, EVENT, settings.index, EV_THREADS_LEFT, (names, _compat.current_interpreter_id())))
         threads.wait(None)
     # Pipes of the Queues tasks made here and dropped: descriptors are
     # process-wide, and the interpreter goes away with its free list.

@@ -1272,18 +1272,30 @@ def test_a_worker_its_watchdog_retired_that_ends_before_the_news_is_handled_is_r
     on the pool's side, started no other.  Twice, and a pool was left with no
     worker and its queued tasks for ever (seen in CI on 3.13 and 3.14, in the
     random deadlines test).  The resolver is held busy here so that the worker
-    always ends first."""
+    always ends first.  The news, handled late, must not retire the replacement
+    (which may have the same slot): it names the interpreter it came from."""
     with InterpreterPoolExecutor(1) as ex:
         ex.prestart(wait=True)
         pool = ex._pool
         (first,) = pool.workers.values()
+        retired = threading.Event()
+        retire = pool.retire
+
+        def retire_and_tell(*args, **kwargs):
+            retire(*args, **kwargs)
+            retired.set()
+
+        pool.retire = retire_and_tell
         with _resolver_held_busy(ex):
             late = ex.schedule(fh.busy_then_value, (30.0, "late"), timeout=0.05)
             queued = [ex.submit(fh.ok, i) for i in range(3)]
             _until(lambda: first.slot not in pool.workers or pool.workers[first.slot] is not first, "the worker ended")
         assert isinstance(late.exception(timeout=20), TimeoutError)
         assert [f.result(timeout=20) for f in queued] == [0, 1, 2]
-        assert pool.active == 1 and len([w for w in pool.workers.values() if not w.retired]) == 1
+        assert retired.wait(20)  # (the late news handled)
+        assert pool.active == 1
+        assert [w.retired for w in pool.workers.values()] == [False]
+        assert ex.submit(fh.ok, "after").result(timeout=20) == "after"
 
 
 @pytest.mark.timeout(60)
