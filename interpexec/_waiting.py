@@ -265,9 +265,12 @@ class Waiting(Resolver):
             self.ctl[fds] = 0
         if item.waiter_fd == wfd + 1:
             item.waiter_fd = 0
-        live = LIVE_WAITS.get(threading.get_ident())
+        me = threading.get_ident()
+        live = LIVE_WAITS.get(me)
         if live is not None and live.pop(wfd, None) is not None and not live:
-            del LIVE_WAITS[threading.get_ident()]
+            # (Not del: a signal handler's wait, run right after the pop, may
+            # have registered in this same registry and removed it already.)
+            LIVE_WAITS.pop(me, None)
         # A worker may have woken only us: unless our result is in, the resolver
         # takes over (it collects whatever is queued).
         if item.future._state in WAITABLE:

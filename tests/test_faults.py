@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import contextlib
+import dis
 import os
 import pickle
 import signal
@@ -1296,6 +1297,54 @@ def test_a_worker_its_watchdog_retired_that_ends_before_the_news_is_handled_is_r
         assert pool.active == 1
         assert [w.retired for w in pool.workers.values()] == [False]
         assert ex.submit(fh.ok, "after").result(timeout=20) == "after"
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_handler_waiting_right_after_the_outer_wait_deregistered_its_pipe():
+    """A signal handler that waits for a pool result, run right after the main
+    thread's own result() took its pipe out of the thread's live waits (and
+    left that registry empty): the nested wait registers and deregisters in the
+    same registry, and removes it; the outer one then removed it again and
+    raised KeyError out of result() (found by this stop's review with SIGALRM
+    every millisecond).  The handler is run at exactly that point here."""
+    from interpexec import _waiting
+
+    code = _waiting.Waiting.detach_waiter.__code__
+    # (the instruction right after the call that pops the pipe from the live waits,
+    # where CPython may run a signal handler)
+    pops = [i for i in dis.get_instructions(code) if i.opname.startswith("CALL") and "live.pop" in _line(code, i)]
+    assert pops, "detach_waiter no longer pops its pipe from the live waits"
+    after = next(i.offset for i in dis.get_instructions(code) if i.offset > pops[0].offset)
+    with InterpreterPoolExecutor(2) as ex:
+        ex.prestart(wait=True)
+        nested: list[object] = []
+        tool = sys.monitoring.DEBUGGER_ID
+        sys.monitoring.use_tool_id(tool, "nested wait test")
+
+        def at(code_, offset):
+            if offset == after and not nested and threading.current_thread() is threading.main_thread():
+                nested.append(ex.submit(fh.ok, "nested").result(timeout=20))  # (a wait: registers a pipe)
+            return sys.monitoring.DISABLE if nested else None
+
+        sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at)
+        sys.monitoring.set_local_events(tool, code, sys.monitoring.events.INSTRUCTION)
+        try:
+            for i in range(50):  # (the outer wait must block, to register its pipe)
+                assert ex.submit(fh.busy_then_value, 0.002, i).result(timeout=20) == i
+                if nested:
+                    break
+        finally:
+            sys.monitoring.set_local_events(tool, code, 0)
+            sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, None)
+            sys.monitoring.free_tool_id(tool)
+        assert nested == ["nested"]
+        assert not _waiting.LIVE_WAITS.get(threading.get_ident())
+
+
+def _line(code, ins):
+    import linecache
+
+    return linecache.getline(code.co_filename, ins.positions.lineno) if ins.positions else ""
 
 
 @pytest.mark.timeout(60)
