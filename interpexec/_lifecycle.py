@@ -161,7 +161,11 @@ class Workers(Dispatcher):
         if failed is not None:
             self.fail_items(failed)
             self.after_start()
-        if why:  # (last: with warnings as errors it raises; even if the worker is gone)
+        if why and (interp is None or interp not in self.warned_interps):
+            # (Last: with warnings as errors it raises, and the resolver handles
+            # the message again.  Said even if the worker is gone, but once.)
+            if interp is not None:
+                self.warned_interps.add(interp)
             warnings.warn(why, RuntimeWarning, stacklevel=1)
 
     def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:

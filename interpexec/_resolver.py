@@ -393,8 +393,15 @@ class Resolver(Workers):
             with self.lock:
                 # Retired workers (stuck in C, or waiting for threads) are not
                 # waited for: they finish in the background; late results are not
-                # wanted.
-                if (self.shutdown_flag or self.broken) and all(w.retired for w in self.workers.values()):
+                # wanted.  Unless work is still queued and a retired worker is
+                # left (shut down while every slot was held by one): the work
+                # runs once one of them ends and its slot goes to a replacement
+                # (worker_exited).
+                if (
+                    (self.shutdown_flag or self.broken)
+                    and all(w.retired for w in self.workers.values())
+                    and (self.broken or not self.workers or not (self.pending or self.inflight))
+                ):
                     break
         self.collect()
         with self.lock:

@@ -111,14 +111,24 @@ class WorkItem:
 _pool_counter = itertools.count()
 
 
+#: The ``__main__`` this package made ``sys.modules["__mp_main__"]`` (see _main_info).
+_aliased_main: Any = None
+
+
 def _main_info() -> tuple[str | None, str | None]:
+    global _aliased_main
     main = sys.modules.get("__main__")
     if main is not None:
         # A worker runs this script as "__mp_main__" (see _worker_env.MainFixup),
         # so what it defines (a class of a result, an exception) pickles under
         # that name: here, that is this __main__, as multiprocessing arranges
-        # when it is imported (which this package no longer does).
-        sys.modules.setdefault("__mp_main__", main)
+        # when it is imported (which this package no longer does).  Replaced
+        # when __main__ changed since (a launcher running scripts in turn), but
+        # not if something else (multiprocessing) set it.
+        current = sys.modules.get("__mp_main__")
+        if current is None or (current is not main and _aliased_main is not None and current is _aliased_main()):
+            sys.modules["__mp_main__"] = main
+            _aliased_main = weakref.ref(main)
     spec = getattr(main, "__spec__", None)
     name = getattr(spec, "name", None) if spec is not None else None
     path = getattr(main, "__file__", None)
@@ -183,6 +193,7 @@ class PoolState:
         self.free_slots = list(range(self.layout.slots - 1, -1, -1))
         self.active = 0  # workers that take tasks
         self.ready_slots: set[int] = set()
+        self.warned_interps: set[int] = set()  # (threads left: said once each, see Workers.retire)
         self.started = False
         self.shutdown_flag = False
         self.stops_sent = 0

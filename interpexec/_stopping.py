@@ -84,8 +84,10 @@ class Stopper(Waiting):
                     continue
                 if not any(w.thread is not me for w in self.workers.values()):
                     break
-                # Only retired workers are left.
-                if include_retired:
+                # Only retired workers are left.  Work still queued (every slot
+                # was held by a retired worker) runs once one of them ends and a
+                # replacement takes its slot: wait for that too.
+                if include_retired or (self.broken is None and (self.pending or self.inflight)):
                     self.ready.wait()
                     continue
                 if grace_end is None:

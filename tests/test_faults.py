@@ -354,6 +354,56 @@ def test_instances_of_a_scripts_classes_come_back_as_those_classes(tmp_path):
     assert "multiprocessing imported: False" in proc.stdout  # (else the alias came from it)
 
 
+LAUNCHED_SCRIPT = textwrap.dedent(
+    """
+    from interpexec import InterpreterPoolExecutor
+
+    class Point:
+        origin = {name!r}
+
+    def make():
+        return Point()
+
+    if __name__ == "__main__":
+        with InterpreterPoolExecutor(1) as pool:
+            got = pool.submit(make).result(timeout=20)
+            print({name!r}, type(got) is Point, got.origin, flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_scripts_run_in_turn_as_main_each_get_their_own_classes_back(tmp_path):
+    """A launcher (runpy, a test harness, an example runner) that runs scripts
+    one after the other as ``__main__``: each one's results are instances of
+    its own classes (the ``__mp_main__`` alias follows ``__main__``; review 2
+    found the second script silently given the first one's class)."""
+    for name in ("a", "b"):
+        (tmp_path / f"script_{name}.py").write_text(LAUNCHED_SCRIPT.format(name=name))
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text("import runpy, sys\nfor path in sys.argv[1:]:\n    runpy.run_path(path, run_name='__main__')\n")
+    proc = run_script("", str(launcher), str(tmp_path / "script_a.py"), str(tmp_path / "script_b.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["a True a", "b True b"], proc.stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_threads_left_warning_is_given_once_per_interpreter_even_if_it_raised():
+    """With warnings as errors, the resolver handles the threads-left news
+    again after the warning raised: the warning must not come twice (review 2);
+    it is given even when the worker is gone already."""
+    import warnings
+
+    with InterpreterPoolExecutor(1) as ex:
+        pool = ex._pool
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                pool.retire(pool.layout.slots + 5, "threads left in a gone worker", interp=987654)
+        assert [str(w.message) for w in caught] == ["threads left in a gone worker"]
+        assert ex.submit(fh.ok, 1).result(timeout=20) == 1
+
+
 MAIN_NAMED_LIKE_THE_BOOTSTRAP = textwrap.dedent(
     """
     from interpexec import InterpreterPoolExecutor
@@ -1345,6 +1395,28 @@ def _line(code, ins):
     import linecache
 
     return linecache.getline(code.co_filename, ins.positions.lineno) if ins.positions else ""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cancel_futures", [False, True])
+def test_shutdown_while_every_slot_is_held_by_a_retired_worker_still_runs_the_queued_work(cancel_futures):
+    """Six deadlines retire six workers stuck in C (each keeps its slot until
+    its call returns): every slot of a one-worker pool is held, and work queued
+    behind them waits for a slot.  shutdown(wait=True) returned at once and
+    the resolver ended, so that work never ran and its futures never resolved
+    (found by this stop's second review).  Now shutdown waits until a stuck
+    call returns, a replacement runs the work, and every future resolves."""
+    ex = InterpreterPoolExecutor(1, interrupt_grace=0.05)
+    try:
+        pool = ex._pool
+        stuck = [ex.schedule(fh.sleep_in_c, (1.0,), timeout=0.01) for _ in range(pool.layout.slots)]
+        queued = [ex.submit(fh.ok, i) for i in range(5)]
+        _until(lambda: not pool.free_slots and all(w.retired for w in pool.workers.values()), "every slot retired")
+    finally:
+        ex.shutdown(wait=True, cancel_futures=cancel_futures)
+    assert all(f.done() for f in queued)  # (dispatched already: not cancellable)
+    assert [f.result(timeout=0) for f in queued] == [0, 1, 2, 3, 4]
+    assert all(isinstance(f.exception(timeout=0), TimeoutError) for f in stuck)
 
 
 @pytest.mark.timeout(60)
