@@ -87,7 +87,7 @@ class Stopper(Waiting):
                 # Only retired workers are left.  Work still queued (every slot
                 # was held by a retired worker) runs once one of them ends and a
                 # replacement takes its slot: wait for that too.
-                if include_retired or (self.broken is None and (self.pending or self.inflight)):
+                if include_retired or (self.broken is None and self.work_left_locked()):
                     self.ready.wait()
                     continue
                 if grace_end is None:

@@ -1420,6 +1420,28 @@ def test_shutdown_while_every_slot_is_held_by_a_retired_worker_still_runs_the_qu
 
 
 @pytest.mark.timeout(60)
+def test_shutdown_does_not_wait_for_an_interrupted_call_stuck_in_c():
+    """An interrupted task stuck in C keeps its place in the window until its
+    worker reports it (never, while the call lasts), but its future is done:
+    shutdown(wait=True) waits for work still to run, not for that one (the
+    first version of the fix above waited for the C call to return)."""
+    import time
+
+    ex = InterpreterPoolExecutor(1, interrupt_grace=0.05)
+    try:
+        stuck = ex.submit(fh.sleep_in_c, 30.0)
+        _until(stuck.running, "the call started")
+        _until(lambda: ex._pool.active == 1 and ex._pool.ready_slots, "the worker ready")
+        assert ex.interrupt(stuck)
+        _until(lambda: any(w.retired for w in ex._pool.workers.values()), "the stuck worker retired")
+    finally:
+        began = time.monotonic()
+        ex.shutdown(wait=True)
+    assert time.monotonic() - began < 10
+    assert stuck.cancelled()
+
+
+@pytest.mark.timeout(60)
 def test_bare_task_ids_wherever_a_collect_finds_them_resolve_their_futures_to_none():
     """A task that returns None reports it as its bare id (no tuple: nothing the
     main interpreter must hand back to the worker to release).  The collect
