@@ -49,6 +49,7 @@ from ._protocol import (
     VALUE,
 )
 from ._shared import relend
+from ._sigint import defer_sigint
 from ._state import LIVE_POOLS, WorkItem
 from ._transport import (
     COLLECTOR_ASLEEP,
@@ -92,27 +93,31 @@ class Resolver(Workers):
         if self.closed or not (queue_count(self.results.qid) or self.arrived):
             return False  # (the common case, without the lock)
         failed = None
+        # The collect lock is released before the pool's lock is taken, never
+        # held while waiting for it: a signal handler that collects (stats(),
+        # result()) can run in a thread that holds the pool's lock (inside
+        # submit()), and would wait for the collect lock for ever.
         with self.collect_lock:
             if self.closed:
                 return False
             taken = self._take_queued()
-            if not taken:
-                return False
-            # The batch leaves the window at once, in queue order (one lock entry
-            # and one dispatch per batch): whichever thread settles a future, the
-            # pool's counts already agree with what the workers have reported.
-            inflight, unsettled = self.inflight, self.unsettled
-            with self.lock:
-                for tid in taken:
-                    if tid > 0 and (item := inflight.get(tid)) is not None:
-                        # (Into unsettled first: a Ctrl-C cannot leave the item in
-                        # neither dict, where nothing would settle it.  A pool
-                        # call in a signal handler may have moved it already.)
-                        unsettled[tid] = item
-                        if inflight.pop(tid, None) is item:
-                            self.completed += 1
-                if self.pending or self.shutdown_flag:
-                    failed = self.dispatch_locked()
+        if not taken:
+            return False
+        # The batch leaves the window at once, in queue order (one lock entry
+        # and one dispatch per batch).  A thread that delivers one of these
+        # before this is done moves its task out of the window itself (_handle).
+        inflight, unsettled = self.inflight, self.unsettled
+        with self.lock:
+            for tid in taken:
+                if tid > 0 and (item := inflight.get(tid)) is not None:
+                    # (Into unsettled first: a Ctrl-C cannot leave the item in
+                    # neither dict, where nothing would settle it.  A pool
+                    # call in a signal handler may have moved it already.)
+                    unsettled[tid] = item
+                    if inflight.pop(tid, None) is item:
+                        self.completed += 1
+            if self.pending or self.shutdown_flag:
+                failed = self.dispatch_locked()
         if failed:
             self.fail_items(failed)
         return True
@@ -421,15 +426,23 @@ class Resolver(Workers):
         resolver has finished (or never started) and no worker thread (retired
         ones included) is left.  Called by the resolver, by every worker exit, and
         by shutdown."""
-        with self.collect_lock, self.lock:
-            if self.closed or self.workers or (self.started and not self.resolver_finished):
-                return
-            self.closed = True
-            self.inbox.clear()  # late reports of retired workers: not wanted
-            self.held.clear()
-            self.arrived.clear()
-            self.tasks.close()
-            self.results.close()
+        # The two locks are never held together (see take_results): a thread
+        # holding the pool's lock and seeing the pool open, or one holding the
+        # collect lock inside a take that saw it open, keeps the channels open
+        # until it lets go, since they close only after ``closed`` is set
+        # (under the pool's lock) and under the collect lock.
+        # (A Ctrl-C between the two steps would leave the channels open for good.)
+        with defer_sigint():
+            with self.lock:
+                if self.closed or self.workers or (self.started and not self.resolver_finished):
+                    return
+                self.closed = True
+            with self.collect_lock:
+                self.inbox.clear()  # late reports of retired workers: not wanted
+                self.held.clear()
+                self.arrived.clear()
+                self.tasks.close()
+                self.results.close()
         close_spares_if_last()
 
 

@@ -12,9 +12,12 @@ module, stacked in this order (each imports only the one below it)::
     Pool         [_pool]       stats(); what the executor holds
 
 Locks: ``lock`` guards the pool's structures; ``collect_lock`` only the taking
-of results off the result queue.  No lock of the pool is held while user code
-runs (done-callbacks, ``__reduce__``, log handlers, ``__del__``): futures are
-resolved after the locks are released.
+of results off the result queue.  No code of the pool takes one while it holds
+the other: only a signal handler nests them (in the main thread, whose locks
+are re-entrant), so no thread waits for one whose holder waits for the other.
+No lock of the pool is held while user code runs (done-callbacks,
+``__reduce__``, log handlers, ``__del__``): futures are resolved after the
+locks are released.
 """
 
 from __future__ import annotations

@@ -1519,6 +1519,73 @@ def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, 
         assert ex.submit(fh.ok, 4).result(timeout=30) == 4
 
 
+HANDLER_COLLECTS_INSIDE_SUBMIT = """
+import faulthandler, linecache, os, signal, sys, threading
+from interpexec import InterpreterPoolExecutor
+from interpexec._compat import queue_count
+from tests import helpers as h
+
+faulthandler.dump_traceback_later(20, exit=True)  # (a deadlock: say where, end)
+arrived_r, arrived_w = os.pipe()
+go_r, go_w = os.pipe()
+with InterpreterPoolExecutor(1) as ex:
+    ex.prestart(wait=True)
+    pool = ex._pool
+    code = type(pool).take_results.__code__
+    source = lambda n: linecache.getline(code.co_filename, n).strip()
+    lines = [n for _, _, n in code.co_lines() if n and source(n) == "with self.lock:"]
+    assert lines, "take_results no longer takes the pool's lock"
+    in_take, lock_held, resolver_waits = threading.Event(), threading.Event(), threading.Event()
+
+    def at(code_, line):  # (the resolver: held at its take's start, then seen about to wait for the lock)
+        if threading.get_ident() != pool.resolver_ident:
+            return None
+        if not in_take.is_set():
+            in_take.set()
+            lock_held.wait(20)
+        elif line == lines[0]:
+            resolver_waits.set()
+            return sys.monitoring.DISABLE
+        return None
+
+    tool = sys.monitoring.DEBUGGER_ID
+    sys.monitoring.use_tool_id(tool, "lock order test")
+    sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
+    sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
+    seen = []
+    signal.signal(signal.SIGUSR1, lambda *a: seen.append(ex.stats()["completed"]))
+    first = ex.submit(h.identity, 1)
+    second = ex.submit(h.gated, arrived_w, go_r, 2)
+    assert in_take.wait(20), "the resolver took the first result"
+    with pool.lock:  # (as submit() holds it)
+        lock_held.set()
+        assert resolver_waits.wait(20), "the resolver waits for the pool's lock"
+        os.read(arrived_r, 1)
+        os.write(go_w, b"g")
+        while not queue_count(pool.results.qid):  # (the second result queued: a state, not a delay)
+            os.sched_yield()
+        signal.raise_signal(signal.SIGUSR1)  # (its handler runs here, in this thread, holding the lock)
+    sys.monitoring.set_local_events(tool, code, 0)
+    assert seen == [2], seen
+    assert (first.result(timeout=20), second.result(timeout=20)) == (1, 2)
+    assert ex.submit(h.identity, 3).result(timeout=20) == 3
+print("ok")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_handler_collecting_while_its_thread_holds_the_pools_lock():
+    """A signal handler calling ``stats()`` (or ``result()``: both collect)
+    while the main thread is inside ``submit()``, holding the pool's lock: the
+    resolver, having taken a result off the queue while holding the collect
+    lock, waited for the pool's lock, and the handler waited for the collect
+    lock, for ever (found by stop 25's review).  The resolver now lets go of
+    the collect lock before it takes the pool's lock.  Run in a script, so that
+    a deadlock ends it (faulthandler) rather than the test session."""
+    proc = run_script(HANDLER_COLLECTS_INSIDE_SUBMIT, as_c=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
+
+
 @pytest.mark.timeout(60)
 def test_a_map_iterator_a_ctrl_c_cut_short_in_its_creation_is_collected_quietly(capsys):
     """A Ctrl-C landing inside ``MapIterator.__init__`` left an object without
