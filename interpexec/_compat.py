@@ -130,6 +130,7 @@ __all__ = [
     "outer_level",
     "queue_bind",
     "queue_count",
+    "queue_count_if_open",
     "queue_create",
     "queue_destroy",
     "queue_exists",
@@ -344,6 +345,16 @@ def queue_exists(qid: int) -> bool:
 
 def queue_count(qid: int) -> int:
     return int(_interpqueues.get_count(qid))
+
+
+def queue_count_if_open(qid: int) -> int:
+    """:func:`queue_count`, or 0 for a queue destroyed meanwhile: for a pool's
+    checks made without its locks, which may read a queue its pool closed a
+    moment ago (a destroyed queue holds nothing more to take)."""
+    try:
+        return int(_interpqueues.get_count(qid))
+    except QueueNotFoundError:
+        return 0
 
 
 def queue_is_full(qid: int) -> bool:

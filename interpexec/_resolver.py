@@ -32,7 +32,7 @@ from concurrent.futures import _base
 from itertools import islice, repeat
 from operator import call, itemgetter
 
-from ._compat import QueueEmpty, is_main_thread, queue_count, queue_take
+from ._compat import QueueEmpty, is_main_thread, queue_count, queue_count_if_open, queue_take
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -90,8 +90,8 @@ class Resolver(Workers):
         Out-of-band buffers of results are views over a worker's memory: they are
         copied out here, before that worker can destroy its interpreter (worker
         threads call this before they do)."""
-        if self.closed or not (queue_count(self.results.qid) or self.arrived):
-            return False  # (the common case, without the lock)
+        if self.closed or not (queue_count_if_open(self.results.qid) or self.arrived):
+            return False  # (the common case, without the lock; the pool may close meanwhile)
         failed = None
         # The collect lock is released before the pool's lock is taken, never
         # held while waiting for it: a signal handler that collects (stats(),
@@ -185,8 +185,16 @@ class Resolver(Workers):
         ``_deliver``), and a future's state change and the wake-ups of its
         waiters are not cut in two (``PoolFuture.set_result``).  Done-callbacks
         run here are user code, which a Ctrl-C interrupts as anywhere else."""
-        if not self.inbox and not self.arrived and (self.closed or not queue_count(self.results.qid)):
-            return False  # (the common case: nothing to deliver)
+        if (
+            not self.inbox
+            and not self.arrived
+            and not self.held
+            and (self.closed or not queue_count_if_open(self.results.qid))
+        ):
+            # (the common case: nothing to deliver.  ``held`` too: a signal
+            # handler's collect, nested in the main thread's delivery of a
+            # message, must handle it, as nobody else will while it waits.)
+            return False
         try:
             self.take_results()
         except BaseException:  # a Ctrl-C: what was taken must still be delivered

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from ._compat import is_main_thread, queue_count
+from ._compat import is_main_thread, queue_count_if_open
 from ._future import LIVE_WAITS, WAITABLE, PipeWaiter, PoolFuture, share_live_waits
 from ._protocol import INIT_TID
 from ._resolver import Resolver
@@ -168,7 +168,7 @@ class Waiting(Resolver):
         if not registered or self.ctl[fds] != registered:
             return
         self.ctl[fds] = -registered
-        if wake and queue_count(self.results.qid):
+        if wake and queue_count_if_open(self.results.qid):
             if self.lock.acquire(blocking=False):
                 try:
                     if not self.closed:

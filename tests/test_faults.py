@@ -1587,6 +1587,101 @@ def test_a_signal_handler_collecting_while_its_thread_holds_the_pools_lock():
 
 
 @pytest.mark.timeout(60)
+def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
+    """A signal handler that waits for the very future whose result the main
+    thread is in the middle of delivering (the message in ``held``, inside
+    ``_handle``): collect()'s quick check looked at the queue, ``arrived`` and
+    the inbox, not at ``held``, so the handler waited for a delivery nobody
+    would make (found by stop 26's review, also seen under a SIGALRM storm).
+    The handler is run at the first line of ``_handle``, in the main thread."""
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        code = type(pool)._handle.__code__
+        nested: list[object] = []
+        box: list[object] = []
+
+        def at(code_, line):
+            if threading.current_thread() is threading.main_thread() and box and not nested:
+                try:  # (what a signal handler run here would do)
+                    nested.append(box[0].result(timeout=10))
+                except BaseException as exc:
+                    nested.append(exc)
+                return sys.monitoring.DISABLE
+            return None
+
+        tool = sys.monitoring.DEBUGGER_ID
+        sys.monitoring.use_tool_id(tool, "nested delivery test")
+        sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
+        try:
+            with _resolver_held_busy(ex):  # (the main thread delivers its result itself)
+                box.append(ex.submit(fh.ok, 5))
+                sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
+                assert box[0].result(timeout=30) == 5
+        finally:
+            sys.monitoring.set_local_events(tool, code, 0)
+            sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, None)
+            sys.monitoring.free_tool_id(tool)
+        assert nested == [5]
+        assert not pool.held
+        assert ex.submit(fh.ok, 6).result(timeout=30) == 6
+
+
+@pytest.mark.timeout(60)
+def test_stats_racing_a_shutdown_in_another_thread_does_not_fail():
+    """``stats()`` (like ``result()``) first checks, without a lock, whether
+    results are queued: a shutdown in another thread could close the pool
+    between its look at ``closed`` and its look at the queue, which then no
+    longer existed (QueueNotFoundError out of stats(), seen in a churn test on
+    3.14).  The stats() thread is held at exactly that point here."""
+    import dis
+
+    from interpexec import _resolver
+
+    with InterpreterPoolExecutor(1) as ex:
+        assert ex.submit(fh.ok, 1).result(timeout=30) == 1
+        pool = ex._pool
+        code = _resolver.Resolver.collect.__code__
+        counts = [i.offset for i in dis.get_instructions(code) if i.argval == "queue_count_if_open"]
+        assert counts, "collect() no longer checks the queue"
+        held, closed = threading.Event(), threading.Event()
+
+        def at(code_, offset):
+            if offset == counts[0] and threading.current_thread().name == "stats-caller":
+                held.set()
+                closed.wait(20)
+                return sys.monitoring.DISABLE
+            return None
+
+        out: list[object] = []
+
+        def stats_caller():
+            try:
+                out.append(ex.stats()["completed"])
+            except BaseException as exc:
+                out.append(exc)
+
+        tool = sys.monitoring.DEBUGGER_ID
+        sys.monitoring.use_tool_id(tool, "close race test")
+        sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at)
+        sys.monitoring.set_local_events(tool, code, sys.monitoring.events.INSTRUCTION)
+        try:
+            caller = threading.Thread(target=stats_caller, name="stats-caller")
+            caller.start()
+            assert held.wait(20)
+            ex.shutdown(wait=True)
+            assert pool.closed
+            closed.set()
+            caller.join(20)
+        finally:
+            closed.set()
+            sys.monitoring.set_local_events(tool, code, 0)
+            sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, None)
+            sys.monitoring.free_tool_id(tool)
+        assert out == [1]
+
+
+@pytest.mark.timeout(60)
 def test_a_map_iterator_a_ctrl_c_cut_short_in_its_creation_is_collected_quietly(capsys):
     """A Ctrl-C landing inside ``MapIterator.__init__`` left an object without
     its futures; collecting it printed "Exception ignored ... AttributeError"."""
