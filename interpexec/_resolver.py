@@ -32,7 +32,7 @@ from concurrent.futures import _base
 from itertools import islice, repeat
 from operator import call, itemgetter
 
-from ._compat import QueueEmpty, is_main_thread, queue_count, queue_count_if_open, queue_take
+from ._compat import QueueEmpty, QueueNotFoundError, is_main_thread, queue_count_if_open, queue_take
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -136,12 +136,14 @@ class Resolver(Workers):
         # at any call or loop jump below, and move ``arrived`` on: each step
         # tolerates finding it shorter or refilled.  Taking a message twice is
         # harmless (handling is idempotent); losing one is not.
-        while arrived or (n := queue_count(qid)):
+        while arrived or (n := queue_count_if_open(qid)):
             if not arrived:
                 try:
                     queue_take(qid, n, arrived)
                 except QueueEmpty:  # a nested take emptied the queue: what was taken is in arrived
                     pass
+                except QueueNotFoundError:  # a shutdown in a signal handler closed the pool meanwhile
+                    return taken
             try:
                 for i in range(len(arrived)):
                     msg: Any = arrived[i]

@@ -72,7 +72,24 @@ class Stopper(Waiting):
         or threads a task left) get ``interrupt_grace`` seconds more, which is
         plenty for one that merely timed out in Python code; after that they
         are not waited for unless ``include_retired``.  Waits on the pool's
-        condition, which retirement and exits notify."""
+        condition, which retirement and exits notify.
+
+        A signal handler can call this inside the main thread's own take of
+        results, holding the collect lock, which each worker needs before it
+        ends (it takes its last results) and the resolver too: it is let go of
+        for the wait (the take tolerates finding ``arrived`` moved on, as it
+        does for a take nested in it)."""
+        saved = None
+        if _compat.lock_level(self.collect_lock):
+            saved = _compat.held(self.collect_lock)
+            _compat.release_all(self.collect_lock)
+        try:
+            self._join(include_retired)
+        finally:
+            if saved is not None:
+                _compat.reacquire(self.collect_lock, saved)
+
+    def _join(self, include_retired: bool) -> None:
         me = threading.current_thread()
         ended: set[threading.Thread] = set()
         grace_end: float | None = None

@@ -1586,6 +1586,62 @@ def test_a_signal_handler_collecting_while_its_thread_holds_the_pools_lock():
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
 
 
+HANDLER_SHUTS_DOWN_INSIDE_A_TAKE = """
+import faulthandler, linecache, signal, sys, threading
+from interpexec import InterpreterPoolExecutor
+from tests import helpers as h
+
+faulthandler.dump_traceback_later(20, exit=True)  # (a deadlock: say where, end)
+with InterpreterPoolExecutor(1) as ex:
+    ex.prestart(wait=True)
+    pool = ex._pool
+    code = type(pool)._take_queued.__code__
+    source = lambda n: linecache.getline(code.co_filename, n).strip()
+    lines = [n for _, _, n in code.co_lines() if n and source(n).startswith("snapshot")]
+    assert lines, "_take_queued no longer takes a snapshot of arrived"
+    busy, free = threading.Event(), threading.Event()  # (the resolver held busy: the main thread takes)
+    ex.submit(h.identity, "c").add_done_callback(lambda f: (busy.set(), free.wait(20)))
+    assert busy.wait(10)
+    seen = []
+
+    def at(code_, line):
+        if line == lines[0] and threading.current_thread() is threading.main_thread() and not seen:
+            seen.append(len(pool.arrived))
+            signal.raise_signal(signal.SIGTERM)  # (its handler runs here, inside the take)
+            return sys.monitoring.DISABLE
+        return None
+
+    def on_term(*args):
+        free.set()
+        ex.shutdown(wait=True)
+        seen.append("shut down")
+
+    signal.signal(signal.SIGTERM, on_term)
+    tool = sys.monitoring.DEBUGGER_ID
+    sys.monitoring.use_tool_id(tool, "shutdown in a take test")
+    sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
+    sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
+    fut = ex.submit(h.identity, 7)
+    assert fut.result(timeout=20) == 7
+    sys.monitoring.set_local_events(tool, code, 0)
+    assert seen == [1, "shut down"], seen
+    assert pool.closed and not pool.workers
+print("ok")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_handler_shutting_down_inside_its_threads_take_of_results():
+    """A SIGTERM handler calling ``shutdown(wait=True)`` while the main thread
+    is taking results off the queue (holding the collect lock): each worker
+    takes its last results before it ends, so it waited for that lock, and the
+    handler waited for the worker, for ever (found by stop 26's review).  The
+    wait now lets go of the collect lock.  Run in a script, so that a deadlock
+    ends it (faulthandler) rather than the test session."""
+    proc = run_script(HANDLER_SHUTS_DOWN_INSIDE_A_TAKE, as_c=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
+
+
 @pytest.mark.timeout(60)
 def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
     """A signal handler that waits for the very future whose result the main
