@@ -246,10 +246,13 @@ class Waiting(Resolver):
             if item is None or item.waiter_fd or self.ctl[fds]:
                 return False
             watch._item = item  # (first: whatever follows, close() undoes)
+            if thread:  # live until detach_waiter: see _future.LIVE_WAITS
+                # (Before the item names the pipe: a pool call failing in a
+                # signal handler run in between would take the wait for one an
+                # exception left behind (abandon_waits) and give its pipe back.)
+                LIVE_WAITS.setdefault(thread, {})[wfd] = watch
             item.waiter_thread = thread
             item.waiter_fd = wfd + 1
-            if thread:  # live until detach_waiter: see _future.LIVE_WAITS
-                LIVE_WAITS.setdefault(thread, {})[wfd] = watch
             self.ctl[tids] = tid  # (the id first: a worker checks it after the fd)
             # Negative for a watch (thread 0), which may never look: its worker
             # then wakes the resolver too, so that the result is delivered anyway.

@@ -1643,6 +1643,66 @@ def test_a_signal_handler_shutting_down_inside_its_threads_take_of_results():
 
 
 @pytest.mark.timeout(60)
+def test_a_pool_call_failing_in_a_handler_run_as_a_wait_registers_leaves_that_wait_its_pipe():
+    """A pool call that fails (here a ``result()`` that times out) in a signal
+    handler run while the main thread's ``result()`` registers its pipe,
+    before the pipe counted as a live wait: the failing call took the outer
+    wait for one an exception left behind and gave its pipe back, which the
+    outer wait gave back again when it ended (the pipe twice on the free list:
+    two waits sharing it, its descriptors closed twice; found by stop 26's
+    review, also seen under a SIGALRM storm).  The handler runs right before
+    the live wait is stored."""
+    from interpexec import _wakeup
+
+    with InterpreterPoolExecutor(2) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        code = type(pool).attach_waiter.__code__
+        instructions = list(dis.get_instructions(code))
+        live = [i.offset for i in instructions if i.argval == "setdefault"]
+        assert live, "attach_waiter no longer registers a live wait"
+        store = next(i.offset for i in instructions if i.offset > live[0] and i.opname == "STORE_SUBSCR")
+        blocker_r, blocker_w = os.pipe()  # (arrived)
+        blocker_go_r, blocker_go_w = os.pipe()
+        outer_r, outer_w = os.pipe()
+        outer_go_r, outer_go_w = os.pipe()
+        blocker = ex.submit(helpers.gated, blocker_w, blocker_go_r, 0)  # running: the handler's call fails
+        helpers.wait_bytes(blocker_r, 1)
+        failed: list[str] = []
+
+        def at(code_, offset):
+            if offset == store and threading.current_thread() is threading.main_thread() and not failed:
+                try:  # (what a signal handler run here would do)
+                    blocker.result(timeout=0.01)
+                except TimeoutError:
+                    failed.append("the handler's call failed")
+                os.write(outer_go_w, b"g")  # (now the outer task may finish)
+                return sys.monitoring.DISABLE
+            return None
+
+        tool = sys.monitoring.DEBUGGER_ID
+        sys.monitoring.use_tool_id(tool, "registration test")
+        sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at)
+        try:
+            outer = ex.submit(helpers.gated, outer_w, outer_go_r, 7)
+            helpers.wait_bytes(outer_r, 1)  # (running: its wait registers a pipe)
+            sys.monitoring.set_local_events(tool, code, sys.monitoring.events.INSTRUCTION)
+            assert outer.result(timeout=20) == 7
+        finally:
+            sys.monitoring.set_local_events(tool, code, 0)
+            sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, None)
+            sys.monitoring.free_tool_id(tool)
+            os.write(blocker_go_w, b"g")
+        assert failed == ["the handler's call failed"]
+        assert blocker.result(timeout=20) == 0
+        free = list(_wakeup._free)
+        assert len(free) == len(set(free)), free
+        assert not _wakeup.lent()
+    for fd in (blocker_r, blocker_w, blocker_go_r, blocker_go_w, outer_r, outer_w, outer_go_r, outer_go_w):
+        os.close(fd)
+
+
+@pytest.mark.timeout(60)
 def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
     """A signal handler that waits for the very future whose result the main
     thread is in the middle of delivering (the message in ``held``, inside
