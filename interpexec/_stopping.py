@@ -79,14 +79,13 @@ class Stopper(Waiting):
         ends (it takes its last results) and the resolver too: it is let go of
         for the wait (the take tolerates finding ``arrived`` moved on, as it
         does for a take nested in it)."""
-        saved = None
-        if _compat.lock_level(self.collect_lock):
-            saved = _compat.held(self.collect_lock)
-            _compat.release_all(self.collect_lock)
+        saved = _compat.held(self.collect_lock)
         try:
+            if saved[0]:
+                _compat.release_all(self.collect_lock)  # (in the try: see _state.Events.wait)
             self._join(include_retired)
         finally:
-            if saved is not None:
+            if saved[0]:
                 _compat.reacquire(self.collect_lock, saved)
 
     def _join(self, include_retired: bool) -> None:

@@ -1702,6 +1702,71 @@ def test_a_pool_call_failing_in_a_handler_run_as_a_wait_registers_leaves_that_wa
         os.close(fd)
 
 
+HANDLER_WAITS_INSIDE_A_TAKE = """
+import faulthandler, linecache, os, sys, threading
+from interpexec import InterpreterPoolExecutor
+from interpexec._compat import queue_count
+from tests import helpers as h
+
+faulthandler.dump_traceback_later(20, exit=True)  # (a deadlock: say where, end)
+arrived_r, arrived_w = os.pipe()
+go_r, go_w = os.pipe()
+with InterpreterPoolExecutor(2) as ex:
+    ex.prestart(wait=True)
+    pool = ex._pool
+    code = type(pool)._take_queued.__code__
+    source = lambda n: linecache.getline(code.co_filename, n).strip()
+    lines = [n for _, _, n in code.co_lines() if n and source(n).startswith("snapshot")]
+    assert lines, "_take_queued no longer takes a snapshot of arrived"
+    busy, free = threading.Event(), threading.Event()  # (the resolver held busy: the main thread takes)
+    ex.submit(h.identity, "c").add_done_callback(lambda f: (busy.set(), free.wait(20)))
+    assert busy.wait(10)
+    watched = ex.submit(h.gated, arrived_w, go_r, 5)
+    os.read(arrived_r, 1)
+    watch = ex.watch(watched)  # (as an event loop would: a nested result() cannot register)
+    assert watch is not None
+    other = ex.submit(h.identity, 1)
+    while not queue_count(pool.results.qid):  # (its result queued: a state, not a delay)
+        os.sched_yield()
+    seen = []
+
+    def at(code_, line):  # (what a signal handler run here, inside the main thread's take, would do)
+        if line == lines[0] and threading.current_thread() is threading.main_thread() and not seen:
+            free.set()
+            os.write(go_w, b"g")
+            try:
+                seen.append(watched.result(timeout=10))
+            except BaseException as exc:
+                seen.append(repr(exc))
+            return sys.monitoring.DISABLE
+        return None
+
+    tool = sys.monitoring.DEBUGGER_ID
+    sys.monitoring.use_tool_id(tool, "wait in a take test")
+    sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
+    sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
+    stats = ex.stats()  # (takes the queued result in this thread)
+    sys.monitoring.set_local_events(tool, code, 0)
+    watch.close()
+    assert seen == [5], seen
+    assert other.result(timeout=20) == 1
+    assert ex.submit(h.identity, 2).result(timeout=20) == 2
+print("ok")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_handler_waiting_inside_its_threads_take_of_results():
+    """A signal handler waiting for a result only the resolver can deliver
+    (here one an event loop's watch has registered), run while the main thread
+    is taking results off the queue (holding the collect lock): the resolver
+    needed that lock to take the result, and the handler waited for ever (seen
+    under a SIGALRM storm in this stop's review).  The main thread's wait now
+    lets go of the collect lock.  Run in a script, so that a deadlock ends it."""
+    proc = run_script(HANDLER_WAITS_INSIDE_A_TAKE, as_c=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
+
+
 @pytest.mark.timeout(60)
 def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
     """A signal handler that waits for the very future whose result the main
