@@ -1391,6 +1391,22 @@ def test_a_signal_handler_waiting_right_after_the_outer_wait_deregistered_its_pi
         assert not _waiting.LIVE_WAITS.get(threading.get_ident())
 
 
+@contextlib.contextmanager
+def _monitored(code, event, callback):
+    """Call ``callback`` at every ``event`` (LINE or INSTRUCTION) that ``code``
+    runs inside the block (where a signal handler could run)."""
+    tool = sys.monitoring.DEBUGGER_ID
+    sys.monitoring.use_tool_id(tool, "handler test")
+    sys.monitoring.register_callback(tool, event, callback)
+    sys.monitoring.set_local_events(tool, code, event)
+    try:
+        yield
+    finally:
+        sys.monitoring.set_local_events(tool, code, 0)
+        sys.monitoring.register_callback(tool, event, None)
+        sys.monitoring.free_tool_id(tool)
+
+
 def _line(code, ins):
     import linecache
 
@@ -1519,7 +1535,7 @@ def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, 
         assert ex.submit(fh.ok, 4).result(timeout=30) == 4
 
 
-HANDLER_COLLECTS_INSIDE_SUBMIT = """
+SCRIPT_PROLOGUE = """
 import faulthandler, linecache, os, signal, sys, threading
 from interpexec import InterpreterPoolExecutor
 from interpexec._compat import queue_count
@@ -1528,30 +1544,72 @@ from tests import helpers as h
 faulthandler.dump_traceback_later(20, exit=True)  # (a deadlock: say where, end)
 arrived_r, arrived_w = os.pipe()
 go_r, go_w = os.pipe()
+TOOL = sys.monitoring.DEBUGGER_ID
+
+
+def line_of(function, start):
+    \"\"\"The code of ``function`` and the number of its line starting ``start``.\"\"\"
+    code = function.__code__
+    text = lambda n: linecache.getline(code.co_filename, n).strip()
+    lines = [n for _, _, n in code.co_lines() if n and text(n).startswith(start)]
+    assert lines, f"{function.__qualname__} has no line {start!r} any more"
+    return code, lines[0]
+
+
+def on_lines(code, callback):
+    \"\"\"Call ``callback(line)`` at every line ``code`` runs (None: stop).\"\"\"
+    sys.monitoring.use_tool_id(TOOL, "handler test")
+    sys.monitoring.register_callback(TOOL, sys.monitoring.events.LINE, lambda c, line: callback(line))
+    sys.monitoring.set_local_events(TOOL, code, sys.monitoring.events.LINE)
+
+
+def off_lines(code):
+    sys.monitoring.set_local_events(TOOL, code, 0)
+
+
+def hold_resolver(ex):
+    \"\"\"Hold the pool's resolver in a done-callback until the event returned is
+    set: the main thread then takes and delivers results itself.\"\"\"
+    busy, free = threading.Event(), threading.Event()
+    ex.submit(h.identity, "c").add_done_callback(lambda f: (busy.set(), free.wait(20)))
+    assert busy.wait(10)
+    return free
+
+
+def main_thread_takes(ex):
+    \"\"\"Start ``ex`` and hold its resolver: the main thread then takes results
+    itself.  The code of the take, its line that snapshots ``arrived``, and the
+    event that frees the resolver.\"\"\"
+    ex.prestart(wait=True)
+    code, line = line_of(type(ex._pool)._take_queued, "snapshot")
+    return code, line, hold_resolver(ex)
+
+
+def first_in_main(line, wanted, seen):
+    return line == wanted and threading.current_thread() is threading.main_thread() and not seen
+"""
+
+HANDLER_COLLECTS_INSIDE_SUBMIT = (
+    SCRIPT_PROLOGUE
+    + """
 with InterpreterPoolExecutor(1) as ex:
     ex.prestart(wait=True)
     pool = ex._pool
-    code = type(pool).take_results.__code__
-    source = lambda n: linecache.getline(code.co_filename, n).strip()
-    lines = [n for _, _, n in code.co_lines() if n and source(n) == "with self.lock:"]
-    assert lines, "take_results no longer takes the pool's lock"
+    code, lock_line = line_of(type(pool).take_results, "with self.lock:")
     in_take, lock_held, resolver_waits = threading.Event(), threading.Event(), threading.Event()
 
-    def at(code_, line):  # (the resolver: held at its take's start, then seen about to wait for the lock)
+    def at(line):  # (the resolver: held at its take's start, then seen about to wait for the lock)
         if threading.get_ident() != pool.resolver_ident:
             return None
         if not in_take.is_set():
             in_take.set()
             lock_held.wait(20)
-        elif line == lines[0]:
+        elif line == lock_line:
             resolver_waits.set()
             return sys.monitoring.DISABLE
         return None
 
-    tool = sys.monitoring.DEBUGGER_ID
-    sys.monitoring.use_tool_id(tool, "lock order test")
-    sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
-    sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
+    on_lines(code, at)
     seen = []
     signal.signal(signal.SIGUSR1, lambda *a: seen.append(ex.stats()["completed"]))
     first = ex.submit(h.identity, 1)
@@ -1565,12 +1623,13 @@ with InterpreterPoolExecutor(1) as ex:
         while not queue_count(pool.results.qid):  # (the second result queued: a state, not a delay)
             os.sched_yield()
         signal.raise_signal(signal.SIGUSR1)  # (its handler runs here, in this thread, holding the lock)
-    sys.monitoring.set_local_events(tool, code, 0)
+    off_lines(code)
     assert seen == [2], seen
     assert (first.result(timeout=20), second.result(timeout=20)) == (1, 2)
     assert ex.submit(h.identity, 3).result(timeout=20) == 3
 print("ok")
 """
+)
 
 
 @pytest.mark.timeout(60)
@@ -1586,26 +1645,16 @@ def test_a_signal_handler_collecting_while_its_thread_holds_the_pools_lock():
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
 
 
-HANDLER_SHUTS_DOWN_INSIDE_A_TAKE = """
-import faulthandler, linecache, signal, sys, threading
-from interpexec import InterpreterPoolExecutor
-from tests import helpers as h
-
-faulthandler.dump_traceback_later(20, exit=True)  # (a deadlock: say where, end)
+HANDLER_SHUTS_DOWN_INSIDE_A_TAKE = (
+    SCRIPT_PROLOGUE
+    + """
 with InterpreterPoolExecutor(1) as ex:
-    ex.prestart(wait=True)
     pool = ex._pool
-    code = type(pool)._take_queued.__code__
-    source = lambda n: linecache.getline(code.co_filename, n).strip()
-    lines = [n for _, _, n in code.co_lines() if n and source(n).startswith("snapshot")]
-    assert lines, "_take_queued no longer takes a snapshot of arrived"
-    busy, free = threading.Event(), threading.Event()  # (the resolver held busy: the main thread takes)
-    ex.submit(h.identity, "c").add_done_callback(lambda f: (busy.set(), free.wait(20)))
-    assert busy.wait(10)
+    code, snapshot_line, free = main_thread_takes(ex)
     seen = []
 
-    def at(code_, line):
-        if line == lines[0] and threading.current_thread() is threading.main_thread() and not seen:
+    def at(line):
+        if first_in_main(line, snapshot_line, seen):
             seen.append(len(pool.arrived))
             signal.raise_signal(signal.SIGTERM)  # (its handler runs here, inside the take)
             return sys.monitoring.DISABLE
@@ -1617,17 +1666,15 @@ with InterpreterPoolExecutor(1) as ex:
         seen.append("shut down")
 
     signal.signal(signal.SIGTERM, on_term)
-    tool = sys.monitoring.DEBUGGER_ID
-    sys.monitoring.use_tool_id(tool, "shutdown in a take test")
-    sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
-    sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
+    on_lines(code, at)
     fut = ex.submit(h.identity, 7)
     assert fut.result(timeout=20) == 7
-    sys.monitoring.set_local_events(tool, code, 0)
+    off_lines(code)
     assert seen == [1, "shut down"], seen
     assert pool.closed and not pool.workers
 print("ok")
 """
+)
 
 
 @pytest.mark.timeout(60)
@@ -1680,18 +1727,12 @@ def test_a_pool_call_failing_in_a_handler_run_as_a_wait_registers_leaves_that_wa
                 return sys.monitoring.DISABLE
             return None
 
-        tool = sys.monitoring.DEBUGGER_ID
-        sys.monitoring.use_tool_id(tool, "registration test")
-        sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at)
         try:
             outer = ex.submit(helpers.gated, outer_w, outer_go_r, 7)
             helpers.wait_bytes(outer_r, 1)  # (running: its wait registers a pipe)
-            sys.monitoring.set_local_events(tool, code, sys.monitoring.events.INSTRUCTION)
-            assert outer.result(timeout=20) == 7
+            with _monitored(code, sys.monitoring.events.INSTRUCTION, at):
+                assert outer.result(timeout=20) == 7
         finally:
-            sys.monitoring.set_local_events(tool, code, 0)
-            sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, None)
-            sys.monitoring.free_tool_id(tool)
             os.write(blocker_go_w, b"g")
         assert failed == ["the handler's call failed"]
         assert blocker.result(timeout=20) == 0
@@ -1702,25 +1743,12 @@ def test_a_pool_call_failing_in_a_handler_run_as_a_wait_registers_leaves_that_wa
         os.close(fd)
 
 
-HANDLER_WAITS_INSIDE_A_TAKE = """
-import faulthandler, linecache, os, sys, threading
-from interpexec import InterpreterPoolExecutor
-from interpexec._compat import queue_count
-from tests import helpers as h
-
-faulthandler.dump_traceback_later(20, exit=True)  # (a deadlock: say where, end)
-arrived_r, arrived_w = os.pipe()
-go_r, go_w = os.pipe()
+HANDLER_WAITS_INSIDE_A_TAKE = (
+    SCRIPT_PROLOGUE
+    + """
 with InterpreterPoolExecutor(2) as ex:
-    ex.prestart(wait=True)
     pool = ex._pool
-    code = type(pool)._take_queued.__code__
-    source = lambda n: linecache.getline(code.co_filename, n).strip()
-    lines = [n for _, _, n in code.co_lines() if n and source(n).startswith("snapshot")]
-    assert lines, "_take_queued no longer takes a snapshot of arrived"
-    busy, free = threading.Event(), threading.Event()  # (the resolver held busy: the main thread takes)
-    ex.submit(h.identity, "c").add_done_callback(lambda f: (busy.set(), free.wait(20)))
-    assert busy.wait(10)
+    code, snapshot_line, free = main_thread_takes(ex)
     watched = ex.submit(h.gated, arrived_w, go_r, 5)
     os.read(arrived_r, 1)
     watch = ex.watch(watched)  # (as an event loop would: a nested result() cannot register)
@@ -1730,8 +1758,8 @@ with InterpreterPoolExecutor(2) as ex:
         os.sched_yield()
     seen = []
 
-    def at(code_, line):  # (what a signal handler run here, inside the main thread's take, would do)
-        if line == lines[0] and threading.current_thread() is threading.main_thread() and not seen:
+    def at(line):  # (what a signal handler run here, inside the main thread's take, would do)
+        if first_in_main(line, snapshot_line, seen):
             free.set()
             os.write(go_w, b"g")
             try:
@@ -1741,18 +1769,16 @@ with InterpreterPoolExecutor(2) as ex:
             return sys.monitoring.DISABLE
         return None
 
-    tool = sys.monitoring.DEBUGGER_ID
-    sys.monitoring.use_tool_id(tool, "wait in a take test")
-    sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
-    sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
-    stats = ex.stats()  # (takes the queued result in this thread)
-    sys.monitoring.set_local_events(tool, code, 0)
+    on_lines(code, at)
+    ex.stats()  # (takes the queued result in this thread)
+    off_lines(code)
     watch.close()
     assert seen == [5], seen
     assert other.result(timeout=20) == 1
     assert ex.submit(h.identity, 2).result(timeout=20) == 2
 print("ok")
 """
+)
 
 
 @pytest.mark.timeout(60)
@@ -1791,18 +1817,10 @@ def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
                 return sys.monitoring.DISABLE
             return None
 
-        tool = sys.monitoring.DEBUGGER_ID
-        sys.monitoring.use_tool_id(tool, "nested delivery test")
-        sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, at)
-        try:
-            with _resolver_held_busy(ex):  # (the main thread delivers its result itself)
-                box.append(ex.submit(fh.ok, 5))
-                sys.monitoring.set_local_events(tool, code, sys.monitoring.events.LINE)
+        with _resolver_held_busy(ex):  # (the main thread delivers its result itself)
+            box.append(ex.submit(fh.ok, 5))
+            with _monitored(code, sys.monitoring.events.LINE, at):
                 assert box[0].result(timeout=30) == 5
-        finally:
-            sys.monitoring.set_local_events(tool, code, 0)
-            sys.monitoring.register_callback(tool, sys.monitoring.events.LINE, None)
-            sys.monitoring.free_tool_id(tool)
         assert nested == [5]
         assert not pool.held
         assert ex.submit(fh.ok, 6).result(timeout=30) == 6
@@ -1842,23 +1860,16 @@ def test_stats_racing_a_shutdown_in_another_thread_does_not_fail():
             except BaseException as exc:
                 out.append(exc)
 
-        tool = sys.monitoring.DEBUGGER_ID
-        sys.monitoring.use_tool_id(tool, "close race test")
-        sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at)
-        sys.monitoring.set_local_events(tool, code, sys.monitoring.events.INSTRUCTION)
-        try:
-            caller = threading.Thread(target=stats_caller, name="stats-caller")
-            caller.start()
-            assert held.wait(20)
-            ex.shutdown(wait=True)
-            assert pool.closed
-            closed.set()
+        with _monitored(code, sys.monitoring.events.INSTRUCTION, at):
+            try:
+                caller = threading.Thread(target=stats_caller, name="stats-caller")
+                caller.start()
+                assert held.wait(20)
+                ex.shutdown(wait=True)
+                assert pool.closed
+            finally:
+                closed.set()
             caller.join(20)
-        finally:
-            closed.set()
-            sys.monitoring.set_local_events(tool, code, 0)
-            sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, None)
-            sys.monitoring.free_tool_id(tool)
         assert out == [1]
 
 
