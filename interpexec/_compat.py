@@ -154,6 +154,7 @@ __all__ = [
     "start_thread",
     "swap_sigint_handler",
     "thread_count",
+    "tracing_allocations",
     "wrap_thread_starts",
 ]
 
@@ -218,10 +219,34 @@ def _fill_ctypes_field_table() -> None:
 _lifecycle_lock = _thread.allocate_lock()
 
 
+#: Why no interpreter is created while tracemalloc traces (see create_interpreter).
+TRACING_REFUSAL = (
+    "tracemalloc is tracing memory allocations, and CPython crashes when a subinterpreter is "
+    "created or destroyed while it does (CPython gh-134604, gh-144172): call tracemalloc.stop() "
+    "(or run without -X tracemalloc / PYTHONTRACEMALLOC) before the pool starts its workers"
+)
+
+
+def tracing_allocations() -> bool:
+    """Whether :mod:`tracemalloc` traces memory allocations in this process."""
+    try:
+        import _tracemalloc  # (built in: no file, no cost worth counting)
+    except ImportError:  # a Python built without it traces nothing
+        return False
+    return bool(_tracemalloc.is_tracing())
+
+
 def create_interpreter() -> int:
-    """Create an isolated interpreter (own GIL, own obmalloc) and return its id."""
+    """Create an isolated interpreter (own GIL, own obmalloc) and return its id.
+
+    Refused (RuntimeError) while tracemalloc traces: with it, 3.14.10 crashes
+    creating the first one (SIGSEGV), and 3.13.0 at exit ("double free or
+    corruption"); upstream, destroying one while tracing reads freed memory
+    on every version (gh-144172, open)."""
     if not _mitigated:
         _mitigate_crashes()
+    if tracing_allocations():
+        raise RuntimeError(TRACING_REFUSAL)
     with _lifecycle_lock:
         return int(_interpreters.create())
 

@@ -1873,6 +1873,34 @@ def test_stats_racing_a_shutdown_in_another_thread_does_not_fail():
         assert out == [1]
 
 
+TRACING_SCRIPT = """
+import tracemalloc
+from interpexec import BrokenInterpreterPool, InterpreterPoolExecutor
+
+tracemalloc.start()
+with InterpreterPoolExecutor(2) as ex:
+    for i in range(4):
+        try:  # (the first submit's future fails; later submits may fail at once)
+            print("ran", ex.submit(abs, -i).result(timeout=20))
+        except BrokenInterpreterPool as exc:
+            print("refused:", "tracemalloc.stop()" in str(exc))
+tracemalloc.stop()
+with InterpreterPoolExecutor(2) as ex:
+    print(sum(ex.map(abs, range(-5, 5))))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_refuses_to_start_workers_while_tracemalloc_traces():
+    """Creating a subinterpreter while tracemalloc traces crashes 3.14.10
+    (SIGSEGV) and 3.13.0 at exit (CPython gh-134604, gh-144172): the pool
+    refuses to, and its futures fail with BrokenInterpreterPool saying why and
+    what to do; once tracing stops, a new pool works."""
+    proc = run_script(TRACING_SCRIPT, as_c=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == "refused: True\n" * 4 + "25\n", proc.stdout + proc.stderr
+
+
 @pytest.mark.timeout(60)
 def test_a_map_iterator_a_ctrl_c_cut_short_in_its_creation_is_collected_quietly(capsys):
     """A Ctrl-C landing inside ``MapIterator.__init__`` left an object without
