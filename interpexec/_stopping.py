@@ -74,21 +74,13 @@ class Stopper(Waiting):
         are not waited for unless ``include_retired``.  Waits on the pool's
         condition, which retirement and exits notify.
 
-        A signal handler can call this inside the main thread's own take of
-        results, holding the collect lock, which each worker needs before it
-        ends (it takes its last results) and the resolver too: it is let go of
-        for the wait (the take tolerates finding ``arrived`` moved on, as it
-        does for a take nested in it)."""
-        saved = _compat.held(self.collect_lock)
-        try:
-            if saved[0]:
-                _compat.release_all(self.collect_lock)  # (in the try: see _state.Events.wait)
-            self._join(include_retired)
-        finally:
-            if saved[0]:
-                _compat.reacquire(self.collect_lock, saved)
-
-    def _join(self, include_retired: bool) -> None:
+        A signal handler that calls this inside the main thread's own take of
+        results (holding the collect lock) does not wait: each worker takes
+        its last results under that lock before it ends, and letting go of it
+        there would let a worker destroy its interpreter under the take's
+        views of its buffers.  The workers end once the handler returns."""
+        if _compat.lock_level(self.collect_lock):
+            return
         me = threading.current_thread()
         ended: set[threading.Thread] = set()
         grace_end: float | None = None

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from ._compat import held, is_main_thread, queue_count_if_open, reacquire, release_all
+from ._compat import is_main_thread, queue_count_if_open
 from ._future import LIVE_WAITS, WAITABLE, PipeWaiter, PoolFuture, share_live_waits
 from ._protocol import INIT_TID
 from ._resolver import Resolver
@@ -189,13 +189,7 @@ class Waiting(Resolver):
         except OSError:  # out of descriptors: the standard Condition wait
             return timeout
         waiter = PipeWaiter(pipe[1])
-        # A signal handler's wait run inside this thread's own take of results
-        # holds the collect lock, which the resolver needs to deliver: let go
-        # of it while waiting (the take tolerates finding ``arrived`` moved on).
-        saved = held(self.collect_lock)
         try:
-            if saved[0]:
-                release_all(self.collect_lock)  # (in the try: see _state.Events.wait)
             with fut._condition:
                 if fut._state not in WAITABLE:
                     return timeout
@@ -209,8 +203,6 @@ class Waiting(Resolver):
                 with fut._condition:
                     fut._waiters.remove(waiter)
         finally:
-            if saved[0]:
-                reacquire(self.collect_lock, saved)
             give_back(pipe)
         return timeout
 
