@@ -66,6 +66,7 @@ _first = itemgetter(0)
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from collections import deque
     from typing import Any
 
 
@@ -145,15 +146,7 @@ class Resolver(Workers):
                 except QueueNotFoundError:  # a shutdown in a signal handler closed the pool meanwhile
                     return taken
             try:
-                for i in range(len(arrived)):
-                    msg: Any = arrived[i]
-                    if type(msg) is int:  # a task that returned None (see _protocol)
-                        if arrived[i] is msg:  # (no call between the test and the store)
-                            arrived[i] = (msg, VALUE, None)
-                    elif msg[1] == OK and len(msg[2]) == 3:
-                        copied = (msg[0], OK, materialize(msg[2]))
-                        if arrived[i] is msg:  # (no call between the test and the store)
-                            arrived[i] = copied
+                _copy_out(arrived)
             except IndexError:  # a nested take moved them on
                 continue
             snapshot: list[Any] = list(arrived)  # (one C-level step)
@@ -457,6 +450,24 @@ class Resolver(Workers):
 
 
 _NOTHING = object()  # (a sentinel no message equals)
+
+
+def _copy_out(arrived: deque[Any]) -> None:
+    """Replace, in place, each message of ``arrived`` whose result holds views
+    of a worker's memory (out-of-band buffers) by one holding copies, and each
+    bare task id by its full message.  In a function of its own so that no
+    reference to an original message outlives the call: once ``arrived`` no
+    longer holds it, its worker may destroy its interpreter (``take_results``
+    sees nothing to take), and a view released after that crashes 3.13."""
+    for i in range(len(arrived)):
+        msg: Any = arrived[i]
+        if type(msg) is int:  # a task that returned None (see _protocol)
+            if arrived[i] is msg:  # (no call between the test and the store)
+                arrived[i] = (msg, VALUE, None)
+        elif msg[1] == OK and len(msg[2]) == 3:
+            copied = (msg[0], OK, materialize(msg[2]))
+            if arrived[i] is msg:  # (no call between the test and the store)
+                arrived[i] = copied
 
 
 def close_spares_if_last() -> None:

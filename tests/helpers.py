@@ -168,6 +168,12 @@ def current_interp_id():
     return int(_interpreters.get_current()[0])
 
 
+def buffer_and_interp_id(n):
+    """A result with an out-of-band buffer (a view of this worker's memory on
+    the way), and the id of the interpreter that made it."""
+    return bytearray(n), current_interp_id()
+
+
 def interp_id_after_work(n):
     """Some CPU work, then the id of the interpreter that did it."""
     spin(n)

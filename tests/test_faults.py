@@ -1671,7 +1671,8 @@ with InterpreterPoolExecutor(1) as ex:
     assert fut.result(timeout=20) == 7
     off_lines(code)
     assert seen == [1, "shut down"], seen
-    assert pool.closed and not pool.workers
+    assert pool.shutdown_flag
+assert pool.closed and not pool.workers  # (the with block's own shutdown waited)
 print("ok")
 """
 )
@@ -1682,9 +1683,11 @@ def test_a_signal_handler_shutting_down_inside_its_threads_take_of_results():
     """A SIGTERM handler calling ``shutdown(wait=True)`` while the main thread
     is taking results off the queue (holding the collect lock): each worker
     takes its last results before it ends, so it waited for that lock, and the
-    handler waited for the worker, for ever (found by stop 26's review).  The
-    wait now lets go of the collect lock.  Run in a script, so that a deadlock
-    ends it (faulthandler) rather than the test session."""
+    handler waited for the worker, for ever (found by stop 26's review).  There
+    it cannot wait (letting go of the lock would let a worker destroy its
+    interpreter under the take's views of its buffers: a crash, found by the
+    second review): it returns, and the workers end once the handler has.  Run
+    in a script, so that a deadlock ends it (faulthandler)."""
     proc = run_script(HANDLER_SHUTS_DOWN_INSIDE_A_TAKE, as_c=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
 
@@ -1743,38 +1746,39 @@ def test_a_pool_call_failing_in_a_handler_run_as_a_wait_registers_leaves_that_wa
         os.close(fd)
 
 
-HANDLER_WAITS_INSIDE_A_TAKE = (
+RECYCLED_UNDER_A_TAKE = (
     SCRIPT_PROLOGUE
     + """
-with InterpreterPoolExecutor(2) as ex:
+import time
+
+with InterpreterPoolExecutor(1, max_tasks_per_child=1) as ex:
     pool = ex._pool
-    code, snapshot_line, free = main_thread_takes(ex)
-    watched = ex.submit(h.gated, arrived_w, go_r, 5)
-    os.read(arrived_r, 1)
-    watch = ex.watch(watched)  # (as an event loop would: a nested result() cannot register)
-    assert watch is not None
-    other = ex.submit(h.identity, 1)
-    while not queue_count(pool.results.qid):  # (its result queued: a state, not a delay)
-        os.sched_yield()
+    code, return_line = line_of(type(pool)._take_queued, "return taken")
+    free = hold_resolver(ex)
+    (worker,) = pool.workers.values()
+    deadline = time.monotonic() + 20
+
+    def next_interpreter(after):  # (a state of the worker, not a delay)
+        while worker.interp_id in (after, None) and time.monotonic() < deadline:
+            os.sched_yield()
+        return worker.interp_id
+
+    fresh = next_interpreter(ex.submit(h.current_interp_id).result(timeout=20))
     seen = []
 
-    def at(line):  # (what a signal handler run here, inside the main thread's take, would do)
-        if first_in_main(line, snapshot_line, seen):
-            free.set()
-            os.write(go_w, b"g")
-            try:
-                seen.append(watched.result(timeout=10))
-            except BaseException as exc:
-                seen.append(repr(exc))
+    def at(line):  # (the take done, arrived empty: the worker may destroy its interpreter now)
+        if first_in_main(line, return_line, seen):
+            seen.append("took")
+            seen.append(next_interpreter(fresh) not in (fresh, None))
             return sys.monitoring.DISABLE
         return None
 
     on_lines(code, at)
-    ex.stats()  # (takes the queued result in this thread)
+    fut = ex.submit(h.buffer_and_interp_id, 100)
+    assert fut.result(timeout=20) == (bytearray(100), fresh)
     off_lines(code)
-    watch.close()
-    assert seen == [5], seen
-    assert other.result(timeout=20) == 1
+    free.set()
+    assert seen == ["took", True], seen
     assert ex.submit(h.identity, 2).result(timeout=20) == 2
 print("ok")
 """
@@ -1782,14 +1786,15 @@ print("ok")
 
 
 @pytest.mark.timeout(60)
-def test_a_signal_handler_waiting_inside_its_threads_take_of_results():
-    """A signal handler waiting for a result only the resolver can deliver
-    (here one an event loop's watch has registered), run while the main thread
-    is taking results off the queue (holding the collect lock): the resolver
-    needed that lock to take the result, and the handler waited for ever (seen
-    under a SIGALRM storm in this stop's review).  The main thread's wait now
-    lets go of the collect lock.  Run in a script, so that a deadlock ends it."""
-    proc = run_script(HANDLER_WAITS_INSIDE_A_TAKE, as_c=True, cwd=ROOT)
+def test_a_worker_recycled_right_after_the_main_thread_took_its_result():
+    """A take of results kept a reference to the last original message (its
+    views of the worker's memory) after moving it on, until it returned; a
+    worker that ended meanwhile saw nothing left to take, destroyed its
+    interpreter, and releasing those views then crashed 3.13 (found by this
+    stop's second review).  The main thread is held at the end of its take
+    until the worker has gone on in a fresh interpreter.  Run in a script: a
+    crash ends it, not the test session."""
+    proc = run_script(RECYCLED_UNDER_A_TAKE, as_c=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
 
 
