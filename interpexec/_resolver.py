@@ -32,9 +32,9 @@ from concurrent.futures import _base
 from itertools import islice, repeat
 from operator import call, itemgetter
 
-from ._compat import QueueEmpty, QueueNotFoundError, is_main_thread, queue_count_if_open, queue_take
+from ._compat import QueueEmpty, QueueNotFoundError, is_main_thread, lock_level, queue_count_if_open, queue_take
 from ._errors import explain_missing_main_global, unpack_exception
-from ._future import WAITABLE, PoolFuture
+from ._future import WAITABLE, PipeWaiter, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
 from ._protocol import (
     ERR,
@@ -184,6 +184,7 @@ class Resolver(Workers):
             not self.inbox
             and not self.arrived
             and not self.held
+            and not self.stalled
             and (self.closed or not queue_count_if_open(self.results.qid))
         ):
             # (the common case: nothing to deliver.  ``held`` too: a signal
@@ -196,7 +197,10 @@ class Resolver(Workers):
             if self.inbox or self.arrived:
                 self.wake_resolver()
             raise
-        return self._deliver()
+        delivered = self._deliver()
+        if self.stalled and is_main_thread() and lock_level(self.lock):
+            delivered = self._handle_stalled() or delivered
+        return delivered
 
     def _deliver(self) -> bool:
         inbox = self.inbox
@@ -302,16 +306,10 @@ class Resolver(Workers):
         else:
             outcome = self._outcome(item, kind, msg)
         if inflight.get(tid) is item:
-            # (take_results moves a batch out of the window; only a Ctrl-C
-            # between its steps leaves this to be done here)
-            with self.lock:
-                if inflight.get(tid) is item:
-                    self.unsettled[tid] = item
-                    if inflight.pop(tid, None) is item:  # (see take_results)
-                        self.completed += 1
-                failed = self.dispatch_locked() if self.pending or self.shutdown_flag else None
-            if failed:
-                self.fail_items(failed)
+            # (take_results moves a batch out of the window; a Ctrl-C between
+            # its steps, or a thread delivering before the taker got the
+            # pool's lock, leaves this to be done here)
+            self._leave_window(tid, item, msg)
         try:
             if outcome is not None and fut._state == _base.RUNNING:
                 if outcome[0]:
@@ -326,6 +324,53 @@ class Resolver(Workers):
                 self.unsettled.pop(tid, None)
                 if item.waiter_fd and item.waiter_thread != threading.get_ident():
                     notify(item.waiter_fd - 1)
+
+    def _leave_window(self, tid: int, item: WorkItem, msg: tuple[Any, ...]) -> None:
+        """Move ``item`` out of the window, under the pool's lock.  A thread
+        other than the main one that finds the lock taken shows the message in
+        ``stalled`` while it waits: the holder may be the main thread inside
+        ``submit()``, whose signal handler waits for this very result, and its
+        collect handles it from there (handling is idempotent)."""
+        lock = self.lock
+        if is_main_thread():
+            with lock:
+                failed = self._leave_window_locked(tid, item)
+        else:
+            if not lock.acquire(blocking=False):
+                me = threading.get_ident()
+                self.stalled[me] = msg
+                # (Wake a main-thread wait for it that sleeps: it collects on waking.)
+                if item.waiter_fd:
+                    notify(item.waiter_fd - 1)
+                for waiter in list(item.future._waiters):
+                    if type(waiter) is PipeWaiter:
+                        waiter.add_result(item.future)
+                lock.acquire()
+                self.stalled.pop(me, None)
+            try:
+                failed = self._leave_window_locked(tid, item)
+            finally:
+                lock.release()
+        if failed:
+            self.fail_items(failed)
+
+    def _leave_window_locked(self, tid: int, item: WorkItem) -> list[tuple[WorkItem, BaseException]] | None:
+        if self.inflight.get(tid) is item:
+            self.unsettled[tid] = item
+            if self.inflight.pop(tid, None) is item:  # (see take_results)
+                self.completed += 1
+        return self.dispatch_locked() if self.pending or self.shutdown_flag else None
+
+    def _handle_stalled(self) -> bool:
+        """In the main thread (a signal handler's collect, while the main thread
+        holds the pool's lock): handle what other threads hold while they wait
+        for that lock."""
+        handled = False
+        for msg in list(self.stalled.values()):
+            if self._unfinished(msg):
+                handled = True
+                self._handle(msg)
+        return handled
 
     def _outcome(self, item: WorkItem, kind: int, msg: tuple[Any, ...]) -> tuple[bool, Any]:
         """(True, value) or (False, exception) for a result message; decoding runs

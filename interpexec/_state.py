@@ -211,6 +211,9 @@ class PoolState:
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()
         # The message the main thread is handling (see Resolver._deliver_in_main):
         self.held: collections.deque[tuple[Any, ...]] = collections.deque()
+        # Messages other threads hold while they wait for the pool's lock to
+        # handle them, by thread (see Resolver._leave_window):
+        self.stalled: dict[int, tuple[Any, ...]] = {}
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

@@ -186,6 +186,7 @@ class Stopper(Waiting):
         self.inbox = collections.deque()
         self.arrived = collections.deque()
         self.held = collections.deque()
+        self.stalled = {}
         self.dispatching = None
         self.closed = True
         self.parking = False

@@ -199,6 +199,8 @@ class Waiting(Resolver):
                     if not wait(pipe[0], deadline, own_wfd=pipe[1]):
                         return 0.0
                     drain(pipe[0])
+                    if self.stalled:  # (woken by a thread that holds its result: see _leave_window)
+                        self.collect()
             finally:
                 with fut._condition:
                     fut._waiters.remove(waiter)

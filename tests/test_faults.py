@@ -1799,6 +1799,41 @@ def test_a_worker_recycled_right_after_the_main_thread_took_its_result():
 
 
 @pytest.mark.timeout(60)
+def test_a_signal_handler_waiting_inside_submit_for_a_result_another_thread_holds():
+    """A signal handler, run while the main thread is inside ``submit()``
+    holding the pool's lock, waits for a result that another thread has taken
+    off the queue and, about to handle it, waits for that lock: the message
+    was only in that thread's hands, so the handler waited for ever (seen
+    under this stop's SIGALRM storm with ``idle_timeout``).  That thread now
+    shows the message (``stalled``) and wakes the wait, whose collect handles
+    it.  Here another thread takes the result and delivers it while the main
+    thread holds the lock."""
+    from interpexec import _compat
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        with _resolver_held_busy(ex):
+            fut = ex.submit(fh.ok, 5)
+            _until(lambda: _compat.queue_count(pool.results.qid) >= 1, "the result queued")
+
+            def deliver() -> None:
+                with pool.collect_lock:
+                    pool._take_queued()  # (into the inbox; the window is left to _handle)
+                pool._deliver()
+
+            deliverer = threading.Thread(target=deliver, name="deliverer")
+            with pool.lock:  # (as submit() holds it)
+                deliverer.start()
+                _until(lambda: pool.stalled, "the other thread waiting for the lock, the result in hand")
+                assert fut.result(timeout=10) == 5  # (what a signal handler run here would do)
+            deliverer.join(20)
+            assert not deliverer.is_alive()
+        assert not pool.stalled and not pool.inflight
+        assert ex.submit(fh.ok, 6).result(timeout=30) == 6
+
+
+@pytest.mark.timeout(60)
 def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
     """A signal handler that waits for the very future whose result the main
     thread is in the middle of delivering (the message in ``held``, inside
