@@ -133,7 +133,7 @@ class Workers(Dispatcher):
         self.after_start()
         self.after_worker_exit()
 
-    def take_results(self) -> bool:
+    def take_results(self, final: bool = False) -> bool:
         raise NotImplementedError  # provided by Resolver
 
     def after_worker_exit(self) -> None:

@@ -85,13 +85,15 @@ class Resolver(Workers):
         super().start_locked()
 
     # ----------------------------------------------------------- collecting
-    def take_results(self) -> bool:
+    def take_results(self, final: bool = False) -> bool:
         """Move every result now queued into ``inbox`` (no user code runs).
 
         Out-of-band buffers of results are views over a worker's memory: they are
-        copied out here, before that worker can destroy its interpreter (worker
-        threads call this before they do)."""
-        if self.closed or not (queue_count_if_open(self.results.qid) or self.arrived):
+        copied out here, before that worker can destroy its interpreter.  A
+        worker calls this with ``final`` before it does: it then waits for any
+        take in progress, which may still hold views of its memory (in a frame
+        a signal handler interrupted, say) even once ``arrived`` is empty."""
+        if self.closed or not (final or queue_count_if_open(self.results.qid) or self.arrived):
             return False  # (the common case, without the lock; the pool may close meanwhile)
         failed = None
         # The collect lock is released before the pool's lock is taken, never
@@ -108,7 +110,18 @@ class Resolver(Workers):
         # and one dispatch per batch).  A thread that delivers one of these
         # before this is done moves its task out of the window itself (_handle).
         inflight, unsettled = self.inflight, self.unsettled
-        with self.lock:
+        lock = self.lock
+        if not is_main_thread():
+            if lock.acquire(blocking=False):
+                lock.release()  # (taken again below)
+            else:
+                # The holder may be the main thread inside submit(), whose
+                # signal handler waits for one of these (now in the inbox,
+                # where its collect finds them): wake the waits for them.
+                for tid in taken:
+                    if (item := inflight.get(tid)) is not None:
+                        self._wake_waits(item)
+        with lock:
             for tid in taken:
                 if tid > 0 and (item := inflight.get(tid)) is not None:
                     # (Into unsettled first: a Ctrl-C cannot leave the item in
@@ -339,12 +352,7 @@ class Resolver(Workers):
             if not lock.acquire(blocking=False):
                 me = threading.get_ident()
                 self.stalled[me] = msg
-                # (Wake a main-thread wait for it that sleeps: it collects on waking.)
-                if item.waiter_fd:
-                    notify(item.waiter_fd - 1)
-                for waiter in list(item.future._waiters):
-                    if type(waiter) is PipeWaiter:
-                        waiter.add_result(item.future)
+                self._wake_waits(item)
                 lock.acquire()
                 self.stalled.pop(me, None)
             try:
@@ -353,6 +361,16 @@ class Resolver(Workers):
                 lock.release()
         if failed:
             self.fail_items(failed)
+
+    def _wake_waits(self, item: WorkItem) -> None:
+        """Wake the waits for ``item``'s future that sleep (they collect on
+        waking): its registered pipe, and the pipes of the main thread's waits
+        in the future's waiters list."""
+        if item.waiter_fd:
+            notify(item.waiter_fd - 1)
+        for waiter in list(item.future._waiters):
+            if type(waiter) is PipeWaiter:
+                waiter.add_result(item.future)
 
     def _leave_window_locked(self, tid: int, item: WorkItem) -> list[tuple[WorkItem, BaseException]] | None:
         if self.inflight.get(tid) is item:

@@ -195,12 +195,15 @@ class Waiting(Resolver):
                     return timeout
                 fut._waiters.append(waiter)
             try:
+                # (A thread that took or holds the result wakes the waits it
+                # sees: the result may have come before the append.  See
+                # Resolver._wake_waits.)
+                self.collect()
                 while fut._state in WAITABLE:
                     if not wait(pipe[0], deadline, own_wfd=pipe[1]):
                         return 0.0
                     drain(pipe[0])
-                    if self.stalled:  # (woken by a thread that holds its result: see _leave_window)
-                        self.collect()
+                    self.collect()
             finally:
                 with fut._condition:
                     fut._waiters.remove(waiter)

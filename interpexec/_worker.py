@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         def left(self, worker: Worker) -> None: ...
         def worker_should_restart(self, worker: Worker) -> bool: ...
         def worker_exited(self, worker: Worker, how: str, error: str | None) -> None: ...
-        def take_results(self) -> bool: ...
+        def take_results(self, final: bool = False) -> bool: ...
 
 
 class Worker:
@@ -180,8 +180,9 @@ class Worker:
         except BaseException as exc:  # the interpreter could not be entered
             return EXIT_INIT_FAILED, repr(exc)
         finally:
-            # Results still queued belong to this interpreter: take them first.
-            host.take_results()
+            # Results still queued belong to this interpreter: take them first
+            # (and let any take in progress end: it may hold views of them).
+            host.take_results(final=True)
             self.interp_id = None
             try:
                 _compat.destroy_interpreter(interp_id)

@@ -1834,6 +1834,115 @@ def test_a_signal_handler_waiting_inside_submit_for_a_result_another_thread_hold
 
 
 @pytest.mark.timeout(60)
+def test_a_signal_handler_waiting_inside_submit_for_a_result_another_waiter_took():
+    """As above, but the thread with the result in hand is another waiter for
+    the same future (its pipe is the registered one, so the worker woke only
+    it): it took the result into the inbox and waited for the pool's lock to
+    move its task out of the window, and nothing woke the handler's wait
+    (found by this stop's third review).  A thread that takes results and
+    finds the lock taken now wakes the waits for them."""
+    from interpexec._executor import InterpreterPoolExecutor as Executor
+    from interpexec._future import PipeWaiter
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        arrived_r, arrived_w = os.pipe()
+        go_r, go_w = os.pipe()
+        fut = ex.submit(helpers.gated, arrived_w, go_r, 7)
+        helpers.wait_bytes(arrived_r, 1)
+        other: list[object] = []
+        waiter = threading.Thread(target=lambda: other.append(fut.result(timeout=20)), name="other waiter")
+        waiter.start()
+        _until(lambda: pool.inflight[fut._ie_tid].waiter_fd, "the other waiter registered")
+
+        def finish_once_the_handler_waits() -> None:  # (a state, not a delay)
+            _until(lambda: any(type(w) is PipeWaiter for w in fut._waiters), "the handler's wait")
+            os.write(go_w, b"g")
+
+        code = Executor._submit.__code__
+        line = next(n for _, _, n in code.co_lines() if n and "check_usable_locked" in _line_text(code, n))
+        seen: list[object] = []
+
+        def at(code_, line_):
+            if line_ == line and threading.current_thread() is threading.main_thread() and not seen:
+                threading.Thread(target=finish_once_the_handler_waits).start()
+                try:  # (what a signal handler run here, inside submit(), would do)
+                    seen.append(fut.result(timeout=10))
+                except BaseException as exc:
+                    seen.append(exc)
+                return sys.monitoring.DISABLE
+            return None
+
+        with _monitored(code, sys.monitoring.events.LINE, at):
+            after = ex.submit(fh.ok, 1)
+        assert seen == [7]
+        waiter.join(20)
+        assert other == [7]
+        assert after.result(timeout=20) == 1
+    for fd in (arrived_r, arrived_w, go_r, go_w):
+        os.close(fd)
+
+
+@pytest.mark.timeout(60)
+def test_a_result_stalled_before_a_handlers_wait_joined_the_waiters_is_handled():
+    """The handler's wait (no pipe of its own: another wait holds the task's
+    slot, here an event loop's watch) joins the future's waiters list after
+    the thread with the result stalled and woke the waiters it saw: it slept
+    without looking (found by this stop's third review).  It now collects
+    once it has joined the list."""
+    from interpexec import _compat
+    from interpexec._waiting import Waiting
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        arrived_r, arrived_w = os.pipe()
+        go_r, go_w = os.pipe()
+        with _resolver_held_busy(ex):
+            fut = ex.submit(helpers.gated, arrived_w, go_r, 7)
+            helpers.wait_bytes(arrived_r, 1)
+            watch = ex.watch(fut)  # (as an event loop's: the handler's wait gets no pipe)
+            assert watch is not None
+
+            def deliver() -> None:
+                with pool.collect_lock:
+                    pool._take_queued()
+                pool._deliver()
+
+            deliverer = threading.Thread(target=deliver, name="deliverer")
+            code = Waiting._wait_done.__code__
+            line = next(n for _, _, n in code.co_lines() if n and "with fut._condition:" in _line_text(code, n))
+            stalled: list[bool] = []
+
+            def at(code_, line_):  # (before the wait joins the waiters: the result comes and stalls)
+                if line_ == line and threading.current_thread() is threading.main_thread() and not stalled:
+                    os.write(go_w, b"g")
+                    _until(lambda: _compat.queue_count(pool.results.qid) >= 1, "the result queued")
+                    deliverer.start()
+                    _until(lambda: pool.stalled, "the other thread waiting for the lock, the result in hand")
+                    stalled.append(True)
+                    return sys.monitoring.DISABLE
+                return None
+
+            with _monitored(code, sys.monitoring.events.LINE, at), pool.lock:  # (as submit() holds it)
+                assert fut.result(timeout=10) == 7  # (what a signal handler run here would do)
+            assert stalled == [True]
+            deliverer.join(20)
+            watch.close()
+        assert not pool.stalled
+        assert ex.submit(fh.ok, 1).result(timeout=20) == 1
+    for fd in (arrived_r, arrived_w, go_r, go_w):
+        os.close(fd)
+
+
+def _line_text(code, n):
+    import linecache
+
+    return linecache.getline(code.co_filename, n)
+
+
+@pytest.mark.timeout(60)
 def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
     """A signal handler that waits for the very future whose result the main
     thread is in the middle of delivering (the message in ``held``, inside
