@@ -1595,7 +1595,7 @@ HANDLER_COLLECTS_INSIDE_SUBMIT = (
 with InterpreterPoolExecutor(1) as ex:
     ex.prestart(wait=True)
     pool = ex._pool
-    code, lock_line = line_of(type(pool).take_results, "with self.lock:")
+    code, lock_line = line_of(type(pool).take_results, "with lock:")
     in_take, lock_held, resolver_waits = threading.Event(), threading.Event(), threading.Event()
 
     def at(line):  # (the resolver: held at its take's start, then seen about to wait for the lock)
@@ -1764,12 +1764,20 @@ with InterpreterPoolExecutor(1, max_tasks_per_child=1) as ex:
         return worker.interp_id
 
     fresh = next_interpreter(ex.submit(h.current_interp_id).result(timeout=20))
+    last_take = threading.Event()
+    take_results = pool.take_results
+
+    def take_results_and_tell(final=False):  # (the worker's last take, before it destroys its interpreter)
+        if final:
+            last_take.set()
+        return take_results(final)
+
+    pool.take_results = take_results_and_tell
     seen = []
 
-    def at(line):  # (the take done, arrived empty: the worker may destroy its interpreter now)
+    def at(line):  # (the take done, arrived empty: the worker ends meanwhile)
         if first_in_main(line, return_line, seen):
-            seen.append("took")
-            seen.append(next_interpreter(fresh) not in (fresh, None))
+            seen.append(last_take.wait(20))
             return sys.monitoring.DISABLE
         return None
 
@@ -1778,7 +1786,8 @@ with InterpreterPoolExecutor(1, max_tasks_per_child=1) as ex:
     assert fut.result(timeout=20) == (bytearray(100), fresh)
     off_lines(code)
     free.set()
-    assert seen == ["took", True], seen
+    assert seen == [True], seen
+    assert next_interpreter(fresh) not in (fresh, None)  # (the worker went on, once the take had ended)
     assert ex.submit(h.identity, 2).result(timeout=20) == 2
 print("ok")
 """
@@ -1791,9 +1800,11 @@ def test_a_worker_recycled_right_after_the_main_thread_took_its_result():
     views of the worker's memory) after moving it on, until it returned; a
     worker that ended meanwhile saw nothing left to take, destroyed its
     interpreter, and releasing those views then crashed 3.13 (found by this
-    stop's second review).  The main thread is held at the end of its take
-    until the worker has gone on in a fresh interpreter.  Run in a script: a
-    crash ends it, not the test session."""
+    stop's second review).  Now no reference is kept, and a worker's last
+    take waits for any take in progress.  The main thread is held at the end
+    of its take until the worker has begun its last take (before either fix,
+    the worker went on at once to destroy its interpreter).  Run in a script:
+    a crash ends it, not the test session."""
     proc = run_script(RECYCLED_UNDER_A_TAKE, as_c=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
 
