@@ -95,7 +95,6 @@ class Resolver(Workers):
         a signal handler interrupted, say) even once ``arrived`` is empty."""
         if self.closed or not (final or queue_count_if_open(self.results.qid) or self.arrived):
             return False  # (the common case, without the lock; the pool may close meanwhile)
-        failed = None
         # The collect lock is released before the pool's lock is taken, never
         # held while waiting for it: a signal handler that collects (stats(),
         # result()) can run in a thread that holds the pool's lock (inside
@@ -109,31 +108,7 @@ class Resolver(Workers):
         # The batch leaves the window at once, in queue order (one lock entry
         # and one dispatch per batch).  A thread that delivers one of these
         # before this is done moves its task out of the window itself (_handle).
-        inflight, unsettled = self.inflight, self.unsettled
-        lock = self.lock
-        if not is_main_thread():
-            if lock.acquire(blocking=False):
-                lock.release()  # (taken again below)
-            else:
-                # The holder may be the main thread inside submit(), whose
-                # signal handler waits for one of these (now in the inbox,
-                # where its collect finds them): wake the waits for them.
-                for tid in taken:
-                    if (item := inflight.get(tid)) is not None:
-                        self._wake_waits(item)
-        with lock:
-            for tid in taken:
-                if tid > 0 and (item := inflight.get(tid)) is not None:
-                    # (Into unsettled first: a Ctrl-C cannot leave the item in
-                    # neither dict, where nothing would settle it.  A pool
-                    # call in a signal handler may have moved it already.)
-                    unsettled[tid] = item
-                    if inflight.pop(tid, None) is item:
-                        self.completed += 1
-            if self.pending or self.shutdown_flag:
-                failed = self.dispatch_locked()
-        if failed:
-            self.fail_items(failed)
+        self._leave_window(taken)
         return True
 
     def _take_queued(self) -> list[int]:
@@ -322,7 +297,7 @@ class Resolver(Workers):
             # (take_results moves a batch out of the window; a Ctrl-C between
             # its steps, or a thread delivering before the taker got the
             # pool's lock, leaves this to be done here)
-            self._leave_window(tid, item, msg)
+            self._leave_window([tid], msg)
         try:
             if outcome is not None and fut._state == _base.RUNNING:
                 if outcome[0]:
@@ -338,27 +313,42 @@ class Resolver(Workers):
                 if item.waiter_fd and item.waiter_thread != threading.get_ident():
                     notify(item.waiter_fd - 1)
 
-    def _leave_window(self, tid: int, item: WorkItem, msg: tuple[Any, ...]) -> None:
-        """Move ``item`` out of the window, under the pool's lock.  A thread
-        other than the main one that finds the lock taken shows the message in
-        ``stalled`` while it waits: the holder may be the main thread inside
-        ``submit()``, whose signal handler waits for this very result, and its
-        collect handles it from there (handling is idempotent)."""
-        lock = self.lock
-        if is_main_thread():
-            with lock:
-                failed = self._leave_window_locked(tid, item)
-        else:
-            if not lock.acquire(blocking=False):
-                me = threading.get_ident()
+    def _leave_window(self, tids: list[int], msg: tuple[Any, ...] | None = None) -> None:
+        """Move the tasks ``tids`` out of the window (in flight -> unsettled,
+        counted as completed) and dispatch what that frees, under the pool's
+        lock.  A thread that finds the lock taken first wakes the waits for
+        those tasks, and shows ``msg`` (a message it holds, no longer in the
+        inbox) in ``stalled`` while it waits: the holder may be the main thread
+        inside ``submit()``, whose signal handler waits for one of these results
+        and collects it there (handling is idempotent)."""
+        lock, inflight, unsettled = self.lock, self.inflight, self.unsettled
+        if not lock.acquire(blocking=False):
+            me = threading.get_ident()
+            if msg is not None:
                 self.stalled[me] = msg
-                self._wake_waits(item)
-                lock.acquire()
-                self.stalled.pop(me, None)
             try:
-                failed = self._leave_window_locked(tid, item)
+                for tid in tids:
+                    if (item := inflight.get(tid)) is not None:
+                        self._wake_waits(item)
+                lock.acquire()
             finally:
-                lock.release()
+                if msg is not None:
+                    self.stalled.pop(me, None)
+        # (Not a with: the wake-ups come between trying the lock and waiting
+        # for it.  A Ctrl-C right after the acquire leaves the lock to the
+        # entry point's clean-up, as one cutting a with short does.)
+        try:
+            for tid in tids:
+                if tid > 0 and (item := inflight.get(tid)) is not None:
+                    # (Into unsettled first: a Ctrl-C cannot leave the item in
+                    # neither dict, where nothing would settle it.  A pool
+                    # call in a signal handler may have moved it already.)
+                    unsettled[tid] = item
+                    if inflight.pop(tid, None) is item:
+                        self.completed += 1
+            failed = self.dispatch_locked() if self.pending or self.shutdown_flag else None
+        finally:
+            lock.release()
         if failed:
             self.fail_items(failed)
 
@@ -371,13 +361,6 @@ class Resolver(Workers):
         for waiter in list(item.future._waiters):
             if type(waiter) is PipeWaiter:
                 waiter.add_result(item.future)
-
-    def _leave_window_locked(self, tid: int, item: WorkItem) -> list[tuple[WorkItem, BaseException]] | None:
-        if self.inflight.get(tid) is item:
-            self.unsettled[tid] = item
-            if self.inflight.pop(tid, None) is item:  # (see take_results)
-                self.completed += 1
-        return self.dispatch_locked() if self.pending or self.shutdown_flag else None
 
     def _handle_stalled(self) -> bool:
         """In the main thread (a signal handler's collect, while the main thread

@@ -1595,7 +1595,7 @@ HANDLER_COLLECTS_INSIDE_SUBMIT = (
 with InterpreterPoolExecutor(1) as ex:
     ex.prestart(wait=True)
     pool = ex._pool
-    code, lock_line = line_of(type(pool).take_results, "with lock:")
+    code, lock_line = line_of(type(pool).take_results, "self._leave_window(taken)")
     in_take, lock_held, resolver_waits = threading.Event(), threading.Event(), threading.Event()
 
     def at(line):  # (the resolver: held at its take's start, then seen about to wait for the lock)
