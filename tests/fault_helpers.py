@@ -173,3 +173,12 @@ def sleep_in_c(seconds):
     """Blocks in C (time.sleep): a deadline retires its worker at once."""
     time.sleep(seconds)
     return seconds
+
+
+def block_reading(started_fd, rfd):
+    """Writes its thread's native id to ``started_fd``, then blocks in C reading
+    ``rfd`` (see ``test_faults._blocked_reading``)."""
+    import _thread
+
+    os.write(started_fd, b"%d\n" % _thread.get_native_id())
+    return os.read(rfd, 1)

@@ -878,6 +878,20 @@ def _resolver_asleep(pool):
     return pool._pool.ctl[COLLECTOR_ASLEEP] == 1
 
 
+def _blocked_reading(native_id, fd, timeout=10.0):
+    """Wait until the thread ``native_id`` of this process blocks in a system
+    call whose first argument is ``fd`` (a read of that pipe), as Linux shows
+    in /proc: a state of the thread, not a duration."""
+    path = f"/proc/self/task/{native_id}/syscall"
+    _until(lambda: _syscall_arg0(path) == fd, f"thread {native_id} blocked reading fd {fd}", timeout)
+
+
+def _syscall_arg0(path):
+    with open(path) as f:
+        fields = f.read().split()
+    return int(fields[1], 16) if len(fields) > 1 else None  # ("running": no arguments)
+
+
 def _until(predicate, what, timeout=10.0):
     """Wait for a state of the pool (not for a duration): poll ``predicate``."""
     import time
@@ -1427,7 +1441,9 @@ def test_shutdown_while_every_slot_is_held_by_a_retired_worker_still_runs_the_qu
         pool = ex._pool
         stuck = [ex.schedule(fh.sleep_in_c, (1.0,), timeout=0.01) for _ in range(pool.layout.slots)]
         queued = [ex.submit(fh.ok, i) for i in range(5)]
-        _until(lambda: not pool.free_slots and all(w.retired for w in pool.workers.values()), "every slot retired")
+        _until(
+            lambda: not pool.free_slots and all(w.retired for w in list(pool.workers.values())), "every slot retired"
+        )
     finally:
         ex.shutdown(wait=True, cancel_futures=cancel_futures)
     assert all(f.done() for f in queued)  # (dispatched already: not cancellable)
@@ -1444,16 +1460,25 @@ def test_shutdown_does_not_wait_for_an_interrupted_call_stuck_in_c():
     import time
 
     ex = InterpreterPoolExecutor(1, interrupt_grace=0.05)
+    started_r, started_w = os.pipe()
+    block_r, block_w = os.pipe()
     try:
-        stuck = ex.submit(fh.sleep_in_c, 30.0)
-        _until(stuck.running, "the call started")
-        _until(lambda: ex._pool.active == 1 and ex._pool.ready_slots, "the worker ready")
+        stuck = ex.submit(fh.block_reading, started_w, block_r)
+        # (running() is true from dispatch, before the worker takes the task:
+        # an interrupt then skips it; and one that lands before the call
+        # enters C ends it.  So it waits until the call blocks.)
+        _blocked_reading(int(os.read(started_r, 32)), block_r)
         assert ex.interrupt(stuck)
-        _until(lambda: any(w.retired for w in ex._pool.workers.values()), "the stuck worker retired")
+        # (list(): retire() adds the replacement to the dict meanwhile)
+        _until(lambda: any(w.retired for w in list(ex._pool.workers.values())), "the stuck worker retired")
     finally:
         began = time.monotonic()
         ex.shutdown(wait=True)
-    assert time.monotonic() - began < 10
+        took = time.monotonic() - began
+        os.write(block_w, b"x")  # (the stuck call returns; its thread ends)
+        for fd in (started_r, started_w, block_r, block_w):
+            os.close(fd)
+    assert took < 10
     assert stuck.cancelled()
 
 
