@@ -77,7 +77,7 @@ def _pickle_callable(fn: Any) -> tuple[Encoded, bool]:
         if ref is not None:
             return ref, True
     try:
-        return _compat.dumps(fn, protocol=5), type(fn) is types.FunctionType
+        return dumps(fn), type(fn) is types.FunctionType
     except (_compat.PicklingError, AttributeError, TypeError) as exc:
         return _pickle_by_value(fn, f"it cannot be pickled by reference ({exc})"), False
 
@@ -115,10 +115,23 @@ def _pickle_by_value(fn: Any, why: str) -> bytes:
             f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
             "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
         ) from None
-    return bytes(cloudpickle.dumps(fn, protocol=5))
+    if _MANAGERS not in sys.modules:
+        return bytes(cloudpickle.dumps(fn, protocol=5))
+    return _dump(_proxy_pickler_class(cloudpickle.Pickler), fn, None)
 
 
-_proxy_pickler: Any = None
+_MANAGERS = "multiprocessing.managers"
+_proxy_picklers: dict[type, Any] = {}
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle ``obj`` (protocol 5, buffers in band) for a worker: a callable
+    that is not a plain reference (a bound method, a ``partial``, a callable
+    instance), or an initializer with its arguments.  Manager proxies in it
+    carry their key (see :func:`dumps_with_proxies`)."""
+    if _MANAGERS not in sys.modules:
+        return _compat.dumps(obj, protocol=5)
+    return dumps_with_proxies(obj, None)
 
 
 def dumps_with_proxies(obj: Any, buffer_callback: Any) -> bytes:
@@ -131,22 +144,36 @@ def dumps_with_proxies(obj: Any, buffer_callback: Any) -> bytes:
     ``multiprocessing.managers`` is loaded: the override runs only for objects
     that are not of the builtin types pickle handles itself (1-2 us more per
     pickled call, for the pickler object)."""
-    global _proxy_pickler
-    if _proxy_pickler is None:
-        import pickle
-        from multiprocessing.managers import BaseProxy
+    import pickle
 
-        class ProxyPickler(pickle.Pickler):
-            def reducer_override(self, o: Any) -> Any:
-                if not isinstance(o, BaseProxy):
-                    return NotImplemented
-                rebuild, (cls, token, serializer, kwds) = o.__reduce__()
-                key = bytes(o._authkey)  # type: ignore[attr-defined]
-                return rebuild, (cls, token, serializer, {**kwds, "authkey": key})
+    return _dump(_proxy_pickler_class(pickle.Pickler), obj, buffer_callback)
 
-        _proxy_pickler = ProxyPickler
+
+def _dump(pickler_class: Any, obj: Any, buffer_callback: Any) -> bytes:
     import io
 
     out = io.BytesIO()
-    _proxy_pickler(out, protocol=5, buffer_callback=buffer_callback).dump(obj)
+    pickler_class(out, protocol=5, buffer_callback=buffer_callback).dump(obj)
     return out.getvalue()
+
+
+def _proxy_pickler_class(base: Any) -> Any:
+    """``base`` (pickle's or cloudpickle's pickler) with proxies reduced with
+    their key; made once per base."""
+    cls = _proxy_picklers.get(base)
+    if cls is None:
+        from multiprocessing.managers import BaseProxy
+
+        base_override = getattr(base, "reducer_override", None)
+
+        class ProxyPickler(base):  # type: ignore[misc]
+            def reducer_override(self, o: Any) -> Any:
+                if not isinstance(o, BaseProxy):
+                    # (cloudpickle reduces functions and classes by value here)
+                    return NotImplemented if base_override is None else base_override(self, o)
+                rebuild, (proxy_type, token, serializer, kwds) = o.__reduce__()
+                key = bytes(o._authkey)  # type: ignore[attr-defined]
+                return rebuild, (proxy_type, token, serializer, {**kwds, "authkey": key})
+
+        cls = _proxy_picklers[base] = ProxyPickler
+    return cls

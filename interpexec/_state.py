@@ -30,7 +30,6 @@ import threading
 import time
 import weakref
 
-from . import _compat
 from ._compat import (
     RLock,
     held,
@@ -41,7 +40,7 @@ from ._compat import (
     release_all,
     release_if_owned,
 )
-from ._pickling import encode_callable
+from ._pickling import dumps, encode_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
 
@@ -166,7 +165,7 @@ class PoolState:
         self.task_timeout = task_timeout
         self.interrupt_on_cancel = interrupt_on_cancel
         self.init_blob: bytes | None = (
-            None if initializer is None else _compat.dumps((encode_callable(initializer), tuple(initargs)), protocol=5)
+            None if initializer is None else dumps((encode_callable(initializer), tuple(initargs)))
         )
         self.sys_path = tuple(sys.path)
         self.main_path, self.main_name = _main_info()

@@ -9,6 +9,7 @@ Tasks that must stay running are held on pipes, never by sleeping.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import itertools
 import logging
 import multiprocessing
@@ -355,5 +356,33 @@ def test_multiprocessing_manager_proxies_work_as_arguments():
             assert ex.submit(ch.set_in_deep_proxy, deep, "deep", 6).result(timeout=60) == 6
         assert dict(d) == {"a": 1, "b": 2, "c": 3, "k0": 0, "k1": 1, "deep": 6}
         assert ev.is_set()
+    finally:
+        mgr.shutdown()
+
+
+@pytest.mark.timeout(90)
+def test_multiprocessing_manager_proxies_work_inside_callables_and_initargs():
+    """A proxy inside the callable itself: a bound method of a proxy (CPython's
+    test_wait submits ``manager.Event().wait``), a ``partial`` over one, a
+    closure sent by value (cloudpickle), and one in ``initargs``.  These were
+    pickled without the proxies' keys ("digest sent was rejected"; a failed
+    initializer broke the pool)."""
+    mgr = multiprocessing.get_context("spawn").Manager()
+    try:
+        d = mgr.dict()
+        events = [mgr.Event() for _ in range(4)]
+
+        def set_from_closure():
+            events[2].set()
+            return "closure"
+
+        with InterpreterPoolExecutor(2) as ex:
+            assert ex.submit(events[0].set).result(timeout=60) is None
+            assert ex.submit(functools.partial(ch.set_event_proxy, events[1])).result(timeout=60) is True
+            assert ex.submit(set_from_closure).result(timeout=60) == "closure"
+        assert [e.is_set() for e in events] == [True, True, True, False]
+        with InterpreterPoolExecutor(1, initializer=ch.set_in_proxy, initargs=(d, "init", 1)) as ex:
+            assert ex.submit(events[3].is_set).result(timeout=60) is False
+        assert dict(d) == {"init": 1}
     finally:
         mgr.shutdown()
