@@ -261,6 +261,27 @@ def explain_missing_main_global(exc: BaseException) -> None:
     )
 
 
+def explain_inheritance_only(exc: BaseException) -> None:
+    """A ``RuntimeError`` from pickling a ``multiprocessing`` queue, lock,
+    semaphore or event (``multiprocessing.context.assert_spawning``: objects a
+    child process gets only at spawn) gets a note with what to pass to
+    interpreter workers instead."""
+    tb = exc.__traceback__
+    if type(exc) is not RuntimeError or tb is None:
+        return
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = tb.tb_frame
+    if frame.f_code.co_name != "assert_spawning" or frame.f_globals.get("__name__") != "multiprocessing.context":
+        return
+    exc.add_note(
+        "interpexec: workers get arguments, initargs and results by pickling, never by inheritance at spawn. "
+        "Share a queue with tasks through interpexec.Queue, or use a multiprocessing Manager's proxies "
+        "(manager.Queue(), manager.Lock(), manager.Event()); a worker's logging records reach this "
+        "interpreter's handlers without a QueueHandler."
+    )
+
+
 def unpack_exception(packed: Packed) -> BaseException:
     """Rebuild a packed exception.  Its ``__cause__`` is a :class:`RemoteTraceback`
     with the worker-side traceback (as ProcessPoolExecutor does); the original

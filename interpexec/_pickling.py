@@ -129,9 +129,15 @@ def dumps(obj: Any) -> bytes:
     that is not a plain reference (a bound method, a ``partial``, a callable
     instance), or an initializer with its arguments.  Manager proxies in it
     carry their key (see :func:`dumps_with_proxies`)."""
-    if _MANAGERS not in sys.modules:
-        return _compat.dumps(obj, protocol=5)
-    return dumps_with_proxies(obj, None)
+    try:
+        if _MANAGERS not in sys.modules:
+            return _compat.dumps(obj, protocol=5)
+        return dumps_with_proxies(obj, None)
+    except RuntimeError as exc:  # (a multiprocessing.Queue, say: says what to pass instead)
+        from ._errors import explain_inheritance_only
+
+        explain_inheritance_only(exc)
+        raise
 
 
 def dumps_with_proxies(obj: Any, buffer_callback: Any) -> bytes:

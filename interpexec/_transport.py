@@ -131,12 +131,18 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     buffers: list[PickleBuffer] = []
     if _has_bytearray(obj):
         obj = _wrap_bytearrays(obj)
-    if _MANAGERS in _modules:  # (manager proxies, wherever they are, carry their key)
-        from ._pickling import dumps_with_proxies
+    try:
+        if _MANAGERS in _modules:  # (manager proxies, wherever they are, carry their key)
+            from ._pickling import dumps_with_proxies
 
-        data = dumps_with_proxies(obj, buffers.append)
-    else:
-        data = _compat.dumps(obj, protocol=5, buffer_callback=buffers.append)
+            data = dumps_with_proxies(obj, buffers.append)
+        else:
+            data = _compat.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    except RuntimeError as exc:  # (a multiprocessing.Queue, say: says what to pass instead)
+        from ._errors import explain_inheritance_only
+
+        explain_inheritance_only(exc)
+        raise
     if not buffers:
         return (PICKLED, data)
     if share_buffers:

@@ -360,6 +360,30 @@ def test_multiprocessing_manager_proxies_work_as_arguments():
         mgr.shutdown()
 
 
+@pytest.mark.timeout(60)
+def test_multiprocessing_queues_and_locks_fail_with_what_to_pass_instead():
+    """A ``multiprocessing.Queue`` or ``Lock`` reaches a child process only at
+    spawn (as ``initargs``, a ProcessPoolExecutor idiom); a worker interpreter
+    gets everything by pickling, which multiprocessing refuses.  The error keeps
+    its type and message and says what to use instead; only that future fails."""
+    ctx = multiprocessing.get_context("spawn")
+    q, lock = ctx.Queue(), ctx.Lock()
+    try:
+        with InterpreterPoolExecutor(1) as ex:
+            futures = [ex.submit(helpers.identity, q), ex.submit(q.put, 1)]
+            for fut in futures:
+                err = fut.exception(timeout=30)
+                assert type(err) is RuntimeError and "through inheritance" in str(err)
+                assert "interpexec.Queue" in " ".join(err.__notes__)
+            assert ex.submit(helpers.square, 3).result(timeout=30) == 9
+        with pytest.raises(RuntimeError, match="through inheritance") as info:
+            InterpreterPoolExecutor(1, initializer=helpers.identity, initargs=(lock,))
+        assert "manager.Lock()" in " ".join(info.value.__notes__)
+    finally:
+        q.close()
+        q.join_thread()
+
+
 @pytest.mark.timeout(90)
 def test_multiprocessing_manager_proxies_work_inside_callables_and_initargs():
     """A proxy inside the callable itself: a bound method of a proxy (CPython's
