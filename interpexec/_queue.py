@@ -45,15 +45,23 @@ by then no copy can use them.  Free lists are per interpreter: the pipes of Queu
 created inside a worker are leaked, not reused, once that worker's interpreter is
 gone.
 
-Items put by a worker are bound to its interpreter: if the interpreter is destroyed
-(pool shutdown, ``max_tasks_per_child``, ``idle_timeout``) before they are taken,
-they disappear from the queue.
+Items put by a worker are bound to its interpreter: CPython removes them from
+the queue when that interpreter is destroyed.  So a worker records the queues
+it put into (``_put_into``), and when it ends (pool shutdown,
+``max_tasks_per_child``, ``idle_timeout``) it names those that still hold items;
+its interpreter is then kept (``keep_interpreter``), not destroyed, until those
+queues are empty or gone.  A main-interpreter ``get`` that empties a queue, the
+next kept interpreter, and pool shutdowns release what no longer holds items;
+``os.fork()`` (no interpreter may exist then) and interpreter exit destroy the
+rest.  At most :data:`KEPT_MAX` are kept: past that the oldest is destroyed, and
+a ``RuntimeWarning`` says that its items were lost.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import sys
 import time
 
 from . import _compat
@@ -69,6 +77,17 @@ __all__ = ["INTERRUPT_FDS", "Queue"]
 
 _EMPTY: Any = object()
 _NO_PIPE = (-1, -1)
+
+#: In a worker: the queues this interpreter put items into (None in the main one).
+_put_into: set[int] | None = None if _compat.current_interpreter_id() == _compat.main_interpreter_id() else set()
+
+#: In the main interpreter: ended workers' interpreters kept for the items they
+#: put, as (interpreter id, ids of the queues that held some), oldest first.
+_kept: list[tuple[int, tuple[int, ...]]] = []
+_kept_lock = _compat.allocate_lock()
+_releasing: set[int] = set()  # threads in release_kept
+#: The most interpreters kept at once (each a few MB).
+KEPT_MAX = 32
 
 Pipe = tuple[int, int]
 
@@ -133,8 +152,11 @@ class Queue:
     A copy must find the queue alive when it is unpickled.  The pool keeps a task's
     arguments alive until the task is done, but a Queue sent inside a task's result
     or inside an item of another Queue is only a pickle on the way: keep a reference
-    to it until it has arrived.  Items a worker put vanish with its interpreter:
-    take them before the pool shuts down or recycles that worker.
+    to it until it has arrived.  Items a worker put stay after the pool shuts
+    down or recycles that worker: its interpreter is kept (idle) until they are
+    taken, at most 32 of them (``KEPT_MAX``) (past that the oldest goes, and a
+    ``RuntimeWarning`` says its items were lost).  Around ``os.fork()`` and at
+    exit, items not taken yet are dropped.
     """
 
     __slots__ = ("_items", "_owner", "_qid", "_space", "maxsize")
@@ -158,6 +180,8 @@ class Queue:
         if not (tp in SCALARS or (tp is int and INT64_MIN <= item <= INT64_MAX)):
             item = encode(item, share_buffers=False)
         qid = self._qid
+        if _put_into is not None:
+            _put_into.add(qid)  # (see keep_interpreter)
         if not self.maxsize:
             _compat.queue_put(qid, item)
         elif not _compat.queue_put_nowait(qid, item):
@@ -196,6 +220,8 @@ class Queue:
             item = self._get_slow(_deadline(timeout))
         if self.maxsize:
             notify(self._space[1])
+        if _kept and not _compat.queue_count(qid):
+            release_kept()  # (this may have been the last item a kept interpreter put)
         return decode(item) if type(item) is tuple else item
 
     def _get_slow(self, deadline: float | None) -> Any:
@@ -266,3 +292,69 @@ def _rebuild(qid: int, maxsize: int, items: Pipe, space: Pipe, pid: int) -> Queu
     self._items = items
     self._space = space
     return self
+
+
+# ------------------------------------------------- interpreters kept for items
+def queues_holding_items() -> tuple[int, ...]:
+    """In a worker about to end: the queues it put into that still hold items
+    (perhaps others' items: keeping its interpreter a little longer is safe)."""
+    if not _put_into:
+        return ()
+    return tuple(qid for qid in _put_into if _compat.queue_count_if_open(qid))
+
+
+def keep_interpreter(interp_id: int, qids: tuple[int, ...], parking: bool = False) -> None:
+    """Keep an ended worker's interpreter (nothing runs in it) until the queues
+    ``qids`` hold no more items; past :data:`KEPT_MAX`, destroy the oldest.
+    ``parking`` (``os.fork()`` is coming): destroy it now, saying so."""
+    if parking:
+        _destroy(interp_id, qids, "os.fork() needs every subinterpreter gone")
+        return
+    with _kept_lock:  # (release_kept only tries it: it cannot wait for this)
+        _kept.append((interp_id, qids))
+        evicted = _kept[:-KEPT_MAX] if len(_kept) > KEPT_MAX else []
+        del _kept[: len(evicted)]
+    for old_id, old_qids in evicted:
+        _destroy(old_id, old_qids, f"more than {KEPT_MAX} ended workers' interpreters were kept for them")
+    release_kept()
+
+
+def release_kept(force: str = "", warn: bool = True) -> None:
+    """Destroy the kept interpreters whose queues hold no more items; with
+    ``force`` (why), all of them.  Unforced, skipped while another call runs
+    (the next one catches up); never nested in one in the same thread (a
+    signal handler's get, say, would wait for locks its thread holds)."""
+    me = _compat.get_ident()
+    if me in _releasing or not _kept_lock.acquire(blocking=bool(force)):
+        return
+    _releasing.add(me)
+    try:
+        try:
+            done = [k for k in _kept if force or not any(_compat.queue_count_if_open(q) for q in k[1])]
+            for k in done:
+                _kept.remove(k)
+        finally:
+            _kept_lock.release()
+        for interp_id, qids in done:
+            _destroy(interp_id, qids, force if warn else "")
+    finally:
+        _releasing.discard(me)
+
+
+def _destroy(interp_id: int, qids: tuple[int, ...], why: str) -> None:
+    left = sum(_compat.queue_count_if_open(q) for q in qids)
+    try:
+        _compat.destroy_interpreter(interp_id)
+    except Exception as exc:  # should not happen; say so and go on
+        print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)
+    if why and left:
+        import warnings
+
+        message = (
+            f"interpexec: an ended worker's interpreter was destroyed ({why}) while interpexec.Queue(s) it put "
+            f"items into held {left} item(s): the items it put are gone. Take them from the queue sooner."
+        )
+        try:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        except Exception:  # warnings as errors: this may run in a worker's thread, which must go on
+            print(message, file=sys.stderr)

@@ -310,6 +310,9 @@ def _python_exit_again() -> None:
     elif _sigint.exit_before:  # (stopped already: give the handler back)
         _SWAP(_sigint.exit_before[0])
         _sigint.exit_before.clear()
+    # Interpreters kept for the items their workers put go now, their items
+    # with them (as a worker process's unread items go with the program).
+    _queue.release_kept("the program exits", warn=False)
 
 
 _compat.register_atexit(_python_exit)
@@ -337,6 +340,7 @@ def _before_fork() -> None:
                 f"{FORK_PARK_TIMEOUT:.0f} s; the child may crash (a CPython limitation)",
                 file=sys.stderr,
             )
+    _queue.release_kept("os.fork() needs every subinterpreter gone")
 
 
 def _after_fork_in_parent() -> None:

@@ -167,6 +167,8 @@ class Worker:
         except Exception as exc:  # reported as the worker's failure
             return EXIT_INIT_FAILED, f"could not create an interpreter: {exc!r}"
         self.interp_id = interp_id
+        holding: tuple[int, ...] = ()  # queues still holding items this interpreter put
+        reason = EXIT_INIT_FAILED
         try:
             _compat.queue_put(self.handoff, self.control_view)
             _compat.queue_put(self.handoff, host.settings_for(self).to_wire())
@@ -174,9 +176,10 @@ class Worker:
             if failure is not None:
                 return EXIT_INIT_FAILED, failure.traceback
             answer = _compat.queue_get(self.handoff)
-            if type(answer) is not tuple or len(answer) != 2 or answer[0] != EXIT:
+            if type(answer) is not tuple or len(answer) != 3 or answer[0] != EXIT:
                 return EXIT_INIT_FAILED, f"the worker ended without saying why ({answer!r})"
-            return int(answer[1]), None
+            reason, holding = int(answer[1]), answer[2]
+            return reason, None
         except BaseException as exc:  # the interpreter could not be entered
             return EXIT_INIT_FAILED, repr(exc)
         finally:
@@ -184,7 +187,14 @@ class Worker:
             # (and let any take in progress end: it may hold views of them).
             host.take_results(final=True)
             self.interp_id = None
-            try:
-                _compat.destroy_interpreter(interp_id)
-            except Exception as exc:  # should not happen; say so and go on
-                print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)
+            if holding:
+                # Items it put into interpexec Queues go with it: kept until
+                # taken (not around a fork, where no interpreter may exist).
+                from ._queue import keep_interpreter  # (loaded: a Queue was made)
+
+                keep_interpreter(interp_id, holding, parking=reason == EXIT_PARK)
+            else:
+                try:
+                    _compat.destroy_interpreter(interp_id)
+                except Exception as exc:  # should not happen; say so and go on
+                    print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)

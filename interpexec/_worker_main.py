@@ -91,7 +91,8 @@ def main(handoff: int) -> None:
     control = _compat.queue_get(handoff)
     settings = WorkerSettings.from_wire(_compat.queue_get(handoff))
     reason = serve(control, settings)
-    _compat.queue_put(handoff, (EXIT, reason))
+    queue = sys.modules.get(__package__ + "._queue")  # (loaded once a task got a Queue)
+    _compat.queue_put(handoff, (EXIT, reason, () if queue is None else queue.queues_holding_items()))
 
 
 def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:

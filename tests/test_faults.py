@@ -611,6 +611,48 @@ def test_fork_with_a_live_pool(tmp_path):
     assert lines[0] == "parent 1" and lines[-1] == "parent 4"
 
 
+FORK_KEPT_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, warnings
+    sys.path.insert(0, {root!r})
+    from interpexec import InterpreterPoolExecutor, Queue
+    from tests import queue_helpers as qh
+    if __name__ == "__main__":
+        q, q2 = Queue(), Queue()
+        with InterpreterPoolExecutor(1) as pool:
+            pool.submit(qh.produce, q, 0, 2).result(timeout=20)
+        print("kept", q.qsize(), flush=True)
+        live = InterpreterPoolExecutor(1)  # (its worker parks: destroys its interpreter)
+        live.submit(qh.produce, q2, 0, 1).result(timeout=20)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pid = os.fork()
+        if pid == 0:
+            with InterpreterPoolExecutor(1) as fresh:
+                print("child", fresh.submit(abs, -3).result(timeout=20), flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child status", status, flush=True)
+        said = sum("os.fork()" in str(w.message) for w in caught)
+        print("parent", q.qsize(), q2.qsize(), said, live.submit(abs, -4).result(timeout=20), flush=True)
+        live.shutdown()
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_fork_while_an_ended_workers_interpreter_is_kept_for_its_items(tmp_path):
+    """No subinterpreter may exist at a fork (see _lifecycle): one kept for
+    the items its worker put into a Queue is destroyed first, as is a live
+    worker's (which builds a fresh one after), each with a warning that those
+    items are gone."""
+    script = tmp_path / "forking_kept.py"
+    script.write_text(FORK_KEPT_SCRIPT.format(root=ROOT))
+    proc = run_script("", "-W", "ignore::DeprecationWarning", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["kept 2", "child 3", "child status 0", "parent 0 0 2 4"], proc.stderr
+
+
 @pytest.mark.timeout(60)
 def test_incompatible_submodule_has_one_name_whether_or_not_the_parent_imported_it(tmp_path, make_pool):
     """A package importing its single-phase extension relatively: the error names

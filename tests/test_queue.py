@@ -417,12 +417,53 @@ def test_queue_created_in_a_task_cannot_be_returned(pool):
         pool.submit(qh.make_queue).result(timeout=20)
 
 
+def _interpreter_ids():
+    from interpexec import _compat
+
+    return {int(entry[0]) for entry in _compat._interpreters.list_all()}
+
+
 @pytest.mark.timeout(60)
-def test_items_put_by_a_worker_go_with_its_interpreter(make_pool):
-    """Documented limitation: an item is bound to the interpreter that put it."""
+def test_items_a_worker_put_outlive_its_interpreter(make_pool):
+    """CPython removes a queue's items when the interpreter that put them is
+    destroyed: they vanished when the pool shut down or recycled the worker.
+    An ended worker's interpreter is now kept while a queue it put into holds
+    items, and destroyed by the get that empties it."""
     q = Queue()
-    ex = make_pool(1)
-    ex.submit(qh.produce, q, 0, 5).result(timeout=30)
-    assert q.qsize() == 5
+    before = _interpreter_ids()
+    ex = make_pool(1, max_tasks_per_child=1)
+    for i in range(3):  # each in a fresh interpreter
+        assert ex.submit(qh.produce, q, 5 * i, 5).result(timeout=30) == 5
     ex.shutdown(wait=True)
-    assert q.qsize() == 0
+    assert len(_interpreter_ids() - before) == 3  # (kept: the pool's workers are gone)
+    assert [q.get(timeout=5) for _ in range(15)] == list(range(15))
+    assert _interpreter_ids() == before
+
+
+@pytest.mark.timeout(60)
+def test_past_the_kept_limit_the_oldest_interpreter_goes_with_a_warning(make_pool, monkeypatch):
+    monkeypatch.setattr(_queue, "KEPT_MAX", 1)
+    q = Queue()
+    ex = make_pool(1, max_tasks_per_child=1)
+    with pytest.warns(RuntimeWarning, match="the items it put are gone") as caught:
+        for i in range(3):
+            assert ex.submit(qh.produce, q, 10 * i, 2).result(timeout=30) == 2
+        ex.shutdown(wait=True)
+    assert len([w for w in caught if "the items it put are gone" in str(w.message)]) == 2
+    assert [q.get_nowait(), q.get_nowait()] == [20, 21]  # the newest interpreter's
+    assert q.empty()
+
+
+@pytest.mark.timeout(60)
+def test_a_dropped_queue_lets_its_kept_interpreter_go(make_pool):
+    """A queue dropped with items in it: the next release finds it gone."""
+    q = Queue()
+    before = _interpreter_ids()
+    ex = make_pool(1)
+    ex.submit(qh.produce, q, 0, 3).result(timeout=30)
+    ex.shutdown(wait=True)
+    assert len(_interpreter_ids() - before) == 1
+    del q
+    gc.collect()
+    _queue.release_kept()
+    assert _interpreter_ids() == before
