@@ -66,6 +66,8 @@ class Stopper(Waiting):
         self.wake_resolver()
         if wait:
             self.join()
+            # (Interpreters kept for items that a task in a worker took since.)
+            _queue.release_kept()
 
     def join(self, include_retired: bool = False) -> None:
         """Wait until every worker has ended.  Retired workers (a call stuck in C,
