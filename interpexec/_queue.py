@@ -50,8 +50,9 @@ the queue when that interpreter is destroyed.  So a worker records the queues
 it put into (``_put_into``), and when it ends (pool shutdown,
 ``max_tasks_per_child``, ``idle_timeout``) it names those that still hold items;
 its interpreter is then kept (``keep_interpreter``), not destroyed, until those
-queues are empty or gone.  A main-interpreter ``get`` that empties a queue, the
-next kept interpreter, and pool shutdowns release what no longer holds items;
+queues are empty or gone, or until as many items were taken from them as they
+held then (FIFO).  A main-interpreter ``get``, the next kept interpreter, and
+pool shutdowns release those whose items are taken;
 ``os.fork()`` (no interpreter may exist then) and interpreter exit destroy the
 rest.  At most :data:`KEPT_MAX` are kept: past that the oldest is destroyed, and
 a ``RuntimeWarning`` says that its items were lost.
@@ -83,8 +84,12 @@ _put_into: set[int] | None = None if _compat.current_interpreter_id() == _compat
 
 #: In the main interpreter: ended workers' interpreters kept for the items they
 #: put, as (interpreter id, ids of the queues that held some), oldest first.
-_kept: list[tuple[int, tuple[int, ...]]] = []
+_kept: list[tuple[int, tuple[tuple[int, int], ...]]] = []
 _kept_lock = _compat.allocate_lock()
+#: While interpreters are kept: main-interpreter gets per queue id, and for each
+#: queue the smallest count of them at which a kept interpreter's items are taken.
+_gets: dict[int, int] = {}
+_due: dict[int, int] = {}
 _releasing: set[int] = set()  # threads in release_kept
 #: The most interpreters kept at once (each a few MB).
 KEPT_MAX = 32
@@ -220,8 +225,8 @@ class Queue:
             item = self._get_slow(_deadline(timeout))
         if self.maxsize:
             notify(self._space[1])
-        if _kept and not _compat.queue_count(qid):
-            release_kept()  # (this may have been the last item a kept interpreter put)
+        if _kept:
+            _count_get(qid)  # (this may have been the last item a kept interpreter put)
         return decode(item) if type(item) is tuple else item
 
     def _get_slow(self, deadline: float | None) -> Any:
@@ -295,54 +300,92 @@ def _rebuild(qid: int, maxsize: int, items: Pipe, space: Pipe, pid: int) -> Queu
 
 
 # ------------------------------------------------- interpreters kept for items
-def queues_holding_items() -> tuple[int, ...]:
-    """In a worker about to end: the queues it put into that still hold items
-    (perhaps others' items: keeping its interpreter a little longer is safe)."""
+# A kept interpreter's items are surely taken once the queue is empty, or once
+# as many more items were taken from it as it held when the worker ended (FIFO:
+# its items were among those).  Gets are counted in the main interpreter only,
+# and only while some interpreter is kept; a get not counted (in a worker, or
+# lost to a race between threads) only keeps an interpreter longer.
+
+
+def queues_holding_items() -> tuple[tuple[int, int], ...]:
+    """In a worker about to end: (queue id, items held) for the queues it put
+    into that still hold items (perhaps others' items too)."""
     if not _put_into:
         return ()
-    return tuple(qid for qid in _put_into if _compat.queue_count_if_open(qid))
+    held = ((qid, _compat.queue_count_if_open(qid)) for qid in _put_into)
+    return tuple((qid, n) for qid, n in held if n)
 
 
-def keep_interpreter(interp_id: int, qids: tuple[int, ...], parking: bool = False) -> None:
-    """Keep an ended worker's interpreter (nothing runs in it) until the queues
-    ``qids`` hold no more items; past :data:`KEPT_MAX`, destroy the oldest.
-    ``parking`` (``os.fork()`` is coming): destroy it now, saying so."""
-    if parking:
-        _destroy(interp_id, qids, "os.fork() needs every subinterpreter gone")
-        return
+def keep_interpreter(interp_id: int, held: tuple[tuple[int, int], ...], parking: bool = False) -> None:
+    """Keep an ended worker's interpreter (nothing runs in it) until the items
+    it put are taken (``held``: see :func:`queues_holding_items`); past
+    :data:`KEPT_MAX`, destroy the oldest.  ``parking`` (``os.fork()`` is
+    coming): destroy it now, saying so."""
+    global _due
     with _kept_lock:  # (release_kept only tries it: it cannot wait for this)
-        _kept.append((interp_id, qids))
-        evicted = _kept[:-KEPT_MAX] if len(_kept) > KEPT_MAX else []
-        del _kept[: len(evicted)]
-    for old_id, old_qids in evicted:
-        _destroy(old_id, old_qids, f"more than {KEPT_MAX} ended workers' interpreters were kept for them")
+        entry = (interp_id, tuple((qid, _gets.get(qid, 0) + n) for qid, n in held))
+        if parking:
+            evicted, why = [entry], "os.fork() needs every subinterpreter gone"
+        else:
+            _kept.append(entry)
+            evicted = _kept[:-KEPT_MAX] if len(_kept) > KEPT_MAX else []
+            del _kept[: len(evicted)]
+            why = f"more than {KEPT_MAX} ended workers' interpreters were kept for them"
+        _due = _due_from(_kept)
+    for old in evicted:
+        _destroy(old, why)
     release_kept()
 
 
+def _count_get(qid: int) -> None:
+    """A main-interpreter get from ``qid`` while interpreters are kept."""
+    n = _gets[qid] = _gets.get(qid, 0) + 1
+    if n >= _due.get(qid, n + 1) or not _compat.queue_count_if_open(qid):
+        release_kept()
+
+
+def _taken(qid: int, due: int) -> bool:
+    return not _compat.queue_count_if_open(qid) or _gets.get(qid, 0) >= due
+
+
+def _due_from(kept: list[tuple[int, tuple[tuple[int, int], ...]]]) -> dict[int, int]:
+    due: dict[int, int] = {}
+    for _, pairs in kept:
+        for qid, n in pairs:
+            due[qid] = min(n, due.get(qid, n))
+    return due
+
+
 def release_kept(force: str = "", warn: bool = True) -> None:
-    """Destroy the kept interpreters whose queues hold no more items; with
+    """Destroy the kept interpreters whose items were all taken; with
     ``force`` (why), all of them.  Unforced, skipped while another call runs
     (the next one catches up); never nested in one in the same thread (a
     signal handler's get, say, would wait for locks its thread holds)."""
+    global _due
     me = _compat.get_ident()
     if me in _releasing or not _kept_lock.acquire(blocking=bool(force)):
         return
     _releasing.add(me)
     try:
         try:
-            done = [k for k in _kept if force or not any(_compat.queue_count_if_open(q) for q in k[1])]
+            done = [k for k in _kept if force or all(_taken(qid, due) for qid, due in k[1])]
             for k in done:
                 _kept.remove(k)
+            _due = _due_from(_kept)
+            if not _kept:
+                _gets.clear()
         finally:
             _kept_lock.release()
-        for interp_id, qids in done:
-            _destroy(interp_id, qids, force if warn else "")
+        for entry in done:
+            _destroy(entry, force if warn else "")
     finally:
         _releasing.discard(me)
 
 
-def _destroy(interp_id: int, qids: tuple[int, ...], why: str) -> None:
-    left = sum(_compat.queue_count_if_open(q) for q in qids)
+def _destroy(entry: tuple[int, tuple[tuple[int, int], ...]], why: str) -> None:
+    interp_id, pairs = entry
+    # (Items it may still have in them: at most what is left to take before its due.)
+    left = sum(min(_compat.queue_count_if_open(qid), max(0, due - _gets.get(qid, 0))) for qid, due in pairs)
     try:
         _compat.destroy_interpreter(interp_id)
     except Exception as exc:  # should not happen; say so and go on
@@ -351,8 +394,8 @@ def _destroy(interp_id: int, qids: tuple[int, ...], why: str) -> None:
         import warnings
 
         message = (
-            f"interpexec: an ended worker's interpreter was destroyed ({why}) while interpexec.Queue(s) it put "
-            f"items into held {left} item(s): the items it put are gone. Take them from the queue sooner."
+            f"interpexec: an ended worker's interpreter was destroyed ({why}) while up to {left} item(s) it put "
+            "into interpexec.Queue(s) were not taken yet: those are gone. Take them from the queue sooner."
         )
         try:
             warnings.warn(message, RuntimeWarning, stacklevel=2)

@@ -167,7 +167,7 @@ class Worker:
         except Exception as exc:  # reported as the worker's failure
             return EXIT_INIT_FAILED, f"could not create an interpreter: {exc!r}"
         self.interp_id = interp_id
-        holding: tuple[int, ...] = ()  # queues still holding items this interpreter put
+        holding: tuple[tuple[int, int], ...] = ()  # (queue id, items) for queues holding items it put
         reason = EXIT_INIT_FAILED
         try:
             _compat.queue_put(self.handoff, self.control_view)

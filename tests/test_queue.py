@@ -445,13 +445,40 @@ def test_past_the_kept_limit_the_oldest_interpreter_goes_with_a_warning(make_poo
     monkeypatch.setattr(_queue, "KEPT_MAX", 1)
     q = Queue()
     ex = make_pool(1, max_tasks_per_child=1)
-    with pytest.warns(RuntimeWarning, match="the items it put are gone") as caught:
+    with pytest.warns(RuntimeWarning, match="those are gone") as caught:
         for i in range(3):
             assert ex.submit(qh.produce, q, 10 * i, 2).result(timeout=30) == 2
         ex.shutdown(wait=True)
-    assert len([w for w in caught if "the items it put are gone" in str(w.message)]) == 2
+    assert len([w for w in caught if "those are gone" in str(w.message)]) == 2
     assert [q.get_nowait(), q.get_nowait()] == [20, 21]  # the newest interpreter's
     assert q.empty()
+
+
+@pytest.mark.timeout(60)
+def test_a_stream_that_never_empties_releases_kept_interpreters_as_their_items_are_taken(make_pool, monkeypatch):
+    """A queue that is never empty (the consumer keeps a backlog): a kept
+    interpreter goes once as many items were taken as the queue held when its
+    worker ended.  Kept until the queue emptied, they piled up past the limit,
+    with warnings about items that had all been taken (found by review)."""
+    import warnings
+
+    monkeypatch.setattr(_queue, "KEPT_MAX", 8)
+    q = Queue()
+    for i in range(3):
+        q.put(-1 - i)
+    ex = make_pool(1, max_tasks_per_child=1)
+    got, most_kept = [], 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(40):
+            assert ex.submit(qh.produce, q, i, 1).result(timeout=30) == 1
+            got.append(q.get(timeout=5))
+            most_kept = max(most_kept, len(_queue._kept))
+        ex.shutdown(wait=True)
+    got += [q.get_nowait() for _ in range(3)]
+    assert got == [-1, -2, -3, *range(40)]
+    assert not [w for w in caught if "interpexec" in str(w.message)]
+    assert most_kept < 8 and not _queue._kept
 
 
 @pytest.mark.timeout(60)
