@@ -115,9 +115,15 @@ def _pickle_by_value(fn: Any, why: str) -> bytes:
             f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
             "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
         ) from None
-    if _MANAGERS not in sys.modules:
-        return bytes(cloudpickle.dumps(fn, protocol=5))
-    return _dump(_proxy_pickler_class(cloudpickle.Pickler), fn, None)
+    try:
+        if _MANAGERS not in sys.modules:
+            return bytes(cloudpickle.dumps(fn, protocol=5))
+        return _dump(_proxy_pickler_class(cloudpickle.Pickler), fn, None)
+    except RuntimeError as exc:  # (a multiprocessing.Queue in a closure, say: says what to pass instead)
+        from ._errors import explain_inheritance_only
+
+        explain_inheritance_only(exc)
+        raise
 
 
 _MANAGERS = "multiprocessing.managers"

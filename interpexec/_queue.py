@@ -50,9 +50,11 @@ the queue when that interpreter is destroyed.  So a worker records the queues
 it put into (``_put_into``), and when it ends (pool shutdown,
 ``max_tasks_per_child``, ``idle_timeout``) it names those that still hold items;
 its interpreter is then kept (``keep_interpreter``), not destroyed, until those
-queues are empty or gone, or until as many items were taken from them as they
-held then (FIFO).  A main-interpreter ``get``, the next kept interpreter, and
-pool shutdowns release those whose items are taken;
+queues are empty or gone, or until as many items were taken from them (by gets
+in the main interpreter begun since) as they held then: they are FIFO.  A
+main-interpreter ``get`` (the next one, before its take), ``qsize()``,
+``empty()``, the next kept interpreter and pool shutdowns release those whose
+items are taken;
 ``os.fork()`` (no interpreter may exist then) and interpreter exit destroy the
 rest.  At most :data:`KEPT_MAX` are kept: past that the oldest is destroyed, and
 a ``RuntimeWarning`` says that its items were lost.
@@ -84,12 +86,11 @@ _put_into: set[int] | None = None if _compat.current_interpreter_id() == _compat
 
 #: In the main interpreter: ended workers' interpreters kept for the items they
 #: put, as (interpreter id, ids of the queues that held some), oldest first.
-_kept: list[tuple[int, tuple[tuple[int, int], ...]]] = []
-_kept_lock = _compat.allocate_lock()
-#: While interpreters are kept: main-interpreter gets per queue id, and for each
-#: queue the smallest count of them at which a kept interpreter's items are taken.
-_gets: dict[int, int] = {}
-_due: dict[int, int] = {}
+_kept: list[list[Any]] = []
+_kept_lock = _compat.allocate_lock()  # guards _kept and its entries, briefly
+_release_lock = _compat.allocate_lock()  # held while kept interpreters are destroyed
+_serial = 0  # of the last interpreter kept
+_release_due = False  # a get saw kept interpreters' items all taken
 _releasing: set[int] = set()  # threads in release_kept
 #: The most interpreters kept at once (each a few MB).
 KEPT_MAX = 32
@@ -218,6 +219,9 @@ class Queue:
         if timeout is not None and timeout < 0:
             raise ValueError("'timeout' must be a non-negative number")
         qid = self._qid
+        if _release_due:
+            release_kept()  # (before the take: a Ctrl-C meanwhile loses no item)
+        began = _serial
         item = _compat.queue_get(qid, _EMPTY) if _compat.queue_count(qid) else _EMPTY
         if item is _EMPTY:
             if not block:
@@ -226,7 +230,7 @@ class Queue:
         if self.maxsize:
             notify(self._space[1])
         if _kept:
-            _count_get(qid)  # (this may have been the last item a kept interpreter put)
+            _count_get(qid, began)  # (this may have been the last item a kept interpreter put)
         return decode(item) if type(item) is tuple else item
 
     def _get_slow(self, deadline: float | None) -> Any:
@@ -251,9 +255,13 @@ class Queue:
 
     # ----------------------------------------------------------------- state
     def qsize(self) -> int:
+        if _release_due:
+            release_kept()
         return _compat.queue_count(self._qid)
 
     def empty(self) -> bool:
+        if _release_due:
+            release_kept()
         return not _compat.queue_count(self._qid)
 
     def full(self) -> bool:
@@ -302,9 +310,11 @@ def _rebuild(qid: int, maxsize: int, items: Pipe, space: Pipe, pid: int) -> Queu
 # ------------------------------------------------- interpreters kept for items
 # A kept interpreter's items are surely taken once the queue is empty, or once
 # as many more items were taken from it as it held when the worker ended (FIFO:
-# its items were among those).  Gets are counted in the main interpreter only,
-# and only while some interpreter is kept; a get not counted (in a worker, or
-# lost to a race between threads) only keeps an interpreter longer.
+# its items were among those).  Only gets in the main interpreter that began
+# after the interpreter was kept count toward it; a get not counted (in a
+# worker, or while the list is busy) only keeps an interpreter longer.
+#
+# A kept entry: [interpreter id, serial, {queue id: items still to take}].
 
 
 def queues_holding_items() -> tuple[tuple[int, int], ...]:
@@ -321,81 +331,91 @@ def keep_interpreter(interp_id: int, held: tuple[tuple[int, int], ...], parking:
     it put are taken (``held``: see :func:`queues_holding_items`); past
     :data:`KEPT_MAX`, destroy the oldest.  ``parking`` (``os.fork()`` is
     coming): destroy it now, saying so."""
-    global _due
-    with _kept_lock:  # (release_kept only tries it: it cannot wait for this)
-        entry = (interp_id, tuple((qid, _gets.get(qid, 0) + n) for qid, n in held))
-        if parking:
-            evicted, why = [entry], "os.fork() needs every subinterpreter gone"
-        else:
-            _kept.append(entry)
-            evicted = _kept[:-KEPT_MAX] if len(_kept) > KEPT_MAX else []
-            del _kept[: len(evicted)]
-            why = f"more than {KEPT_MAX} ended workers' interpreters were kept for them"
-        _due = _due_from(_kept)
+    global _serial
+    entry: list[Any] = [interp_id, 0, dict(held)]
+    if parking:
+        _destroy(entry, "os.fork() needs every subinterpreter gone")
+        return
+    with _kept_lock:  # (release_kept and _count_get only try it: they cannot wait for this)
+        _serial += 1
+        entry[1] = _serial
+        _kept.append(entry)
+        evicted = _kept[:-KEPT_MAX] if len(_kept) > KEPT_MAX else []
+        del _kept[: len(evicted)]
     for old in evicted:
-        _destroy(old, why)
+        _destroy(old, f"more than {KEPT_MAX} ended workers' interpreters were kept for them")
     release_kept()
 
 
-def _count_get(qid: int) -> None:
-    """A main-interpreter get from ``qid`` while interpreters are kept."""
-    n = _gets[qid] = _gets.get(qid, 0) + 1
-    if n >= _due.get(qid, n + 1) or not _compat.queue_count_if_open(qid):
-        release_kept()
+def _count_get(qid: int, began: int) -> None:
+    """A main-interpreter get that began at ``began`` took an item from ``qid``:
+    it counts for the interpreters kept before it began.  Those whose items are
+    all taken are destroyed by the next get (before it takes its item: a Ctrl-C
+    during the destruction then loses none), ``qsize()``, ``empty()``, keep,
+    pool shutdown, fork or exit."""
+    global _release_due
+    if not _kept_lock.acquire(blocking=False):
+        return  # (not counted: only keeps them longer)
+    try:
+        due = False
+        for entry in _kept:
+            left = entry[2]
+            if entry[1] <= began and left.get(qid, 0) > 0:
+                left[qid] -= 1
+                due = due or not any(n > 0 for n in left.values())
+    finally:
+        _kept_lock.release()
+    if due or not _compat.queue_count_if_open(qid):
+        _release_due = True
 
 
-def _taken(qid: int, due: int) -> bool:
-    return not _compat.queue_count_if_open(qid) or _gets.get(qid, 0) >= due
-
-
-def _due_from(kept: list[tuple[int, tuple[tuple[int, int], ...]]]) -> dict[int, int]:
-    due: dict[int, int] = {}
-    for _, pairs in kept:
-        for qid, n in pairs:
-            due[qid] = min(n, due.get(qid, n))
-    return due
+def _taken(entry: list[Any]) -> bool:
+    return all(n <= 0 or not _compat.queue_count_if_open(qid) for qid, n in entry[2].items())
 
 
 def release_kept(force: str = "", warn: bool = True) -> None:
     """Destroy the kept interpreters whose items were all taken; with
-    ``force`` (why), all of them.  Unforced, skipped while another call runs
-    (the next one catches up); never nested in one in the same thread (a
-    signal handler's get, say, would wait for locks its thread holds)."""
-    global _due
+    ``force`` (why), all of them, after any release under way.  Unforced,
+    skipped while another release runs (the next one catches up).  Never
+    nested in one in the same thread (a signal handler's get, say, would wait
+    for locks its thread holds); a Ctrl-C waits until the interpreters it took
+    are destroyed (one left kept would crash a forked child)."""
+    global _release_due
     me = _compat.get_ident()
-    if me in _releasing or not _kept_lock.acquire(blocking=bool(force)):
+    if me in _releasing or not _release_lock.acquire(blocking=bool(force)):
         return
     _releasing.add(me)
+    _release_due = False
     try:
-        try:
-            done = [k for k in _kept if force or all(_taken(qid, due) for qid, due in k[1])]
-            for k in done:
-                _kept.remove(k)
-            _due = _due_from(_kept)
-            if not _kept:
-                _gets.clear()
-        finally:
-            _kept_lock.release()
-        for entry in done:
-            _destroy(entry, force if warn else "")
+        from ._sigint import defer_sigint  # (main interpreter only)
+
+        with defer_sigint():
+            with _kept_lock:
+                done = [k for k in _kept if force or _taken(k)]
+                for k in done:
+                    _kept.remove(k)
+            for entry in done:
+                _destroy(entry, force if warn else "")
     finally:
         _releasing.discard(me)
+        _release_lock.release()
 
 
-def _destroy(entry: tuple[int, tuple[tuple[int, int], ...]], why: str) -> None:
-    interp_id, pairs = entry
-    # (Items it may still have in them: at most what is left to take before its due.)
-    left = sum(min(_compat.queue_count_if_open(qid), max(0, due - _gets.get(qid, 0))) for qid, due in pairs)
+def _destroy(entry: list[Any], why: str) -> None:
+    interp_id, _, left = entry
+    # (Items it may still have there: at most what was left to take of each.)
+    maybe = sum(min(_compat.queue_count_if_open(qid), n) for qid, n in left.items() if n > 0)
     try:
         _compat.destroy_interpreter(interp_id)
     except Exception as exc:  # should not happen; say so and go on
         print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)
-    if why and left:
+    if why and maybe:
         import warnings
 
         message = (
-            f"interpexec: an ended worker's interpreter was destroyed ({why}) while up to {left} item(s) it put "
-            "into interpexec.Queue(s) were not taken yet: those are gone. Take them from the queue sooner."
+            f"interpexec: an ended worker's interpreter was destroyed ({why}) before the items it put into "
+            f"interpexec.Queue(s) were seen taken: up to {maybe} of them may be gone (gets are counted in the main "
+            "interpreter only). Take items from the queue sooner."
         )
         try:
             warnings.warn(message, RuntimeWarning, stacklevel=2)
