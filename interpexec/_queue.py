@@ -57,7 +57,7 @@ main-interpreter ``get`` (the next one, before its take), ``qsize()``,
 items are taken;
 ``os.fork()`` (no interpreter may exist then) and interpreter exit destroy the
 rest.  At most :data:`KEPT_MAX` are kept: past that the oldest is destroyed, and
-a ``RuntimeWarning`` says that its items were lost.
+a ``RuntimeWarning`` says that items it put may be lost.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ _NO_PIPE = (-1, -1)
 _put_into: set[int] | None = None if _compat.current_interpreter_id() == _compat.main_interpreter_id() else set()
 
 #: In the main interpreter: ended workers' interpreters kept for the items they
-#: put, as (interpreter id, ids of the queues that held some), oldest first.
+#: put, oldest first (entries: see "interpreters kept for items" below).
 _kept: list[list[Any]] = []
 _kept_lock = _compat.allocate_lock()  # guards _kept and its entries, briefly
 _release_lock = _compat.allocate_lock()  # held while kept interpreters are destroyed
@@ -160,8 +160,8 @@ class Queue:
     or inside an item of another Queue is only a pickle on the way: keep a reference
     to it until it has arrived.  Items a worker put stay after the pool shuts
     down or recycles that worker: its interpreter is kept (idle) until they are
-    taken, at most 32 of them (``KEPT_MAX``) (past that the oldest goes, and a
-    ``RuntimeWarning`` says its items were lost).  Around ``os.fork()`` and at
+    taken, at most 32 of them (``KEPT_MAX``; past that the oldest goes, and a
+    ``RuntimeWarning`` says its items may be lost).  Around ``os.fork()`` and at
     exit, items not taken yet are dropped.
     """
 
