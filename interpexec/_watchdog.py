@@ -101,10 +101,12 @@ class TaskState:
         self.thread_id = get_ident()
 
     def begin(self, tid: int, timeout: float | None) -> bool:
-        """Mark task ``tid`` running; False if it was interrupted while queued."""
+        """Mark task ``tid`` running; False if it was interrupted while queued
+        (the initializer, INIT_TID: before it began, as terminate_workers()
+        does to a worker still starting)."""
         with self.lock:
-            if tid > 0:
-                if self.control is not None and self.control[self.stop_tids + tid % self.nslots] == tid:
+            if tid > 0 or tid == INIT_TID:
+                if tid > 0 and self.control is not None and self.control[self.stop_tids + tid % self.nslots] == tid:
                     return False  # interrupted while queued (the pool marks it before telling the watchdog)
                 if self.commands is not None and _compat.queue_count(self.commands.qid):
                     self._take_interrupts()  # (the watchdog may not have read them yet)

@@ -242,11 +242,12 @@ def _serve(
     if settings.init_blob is not None:
         failure: BaseException | None = None
         try:
-            if state.begin(INIT_TID, settings.init_timeout):
-                if settings.init_timeout is not None:
-                    watchdog.poke()
-                fn_ref, initargs = fixed(_compat.loads, settings.init_blob)
-                load_fn(fn_ref)(*initargs)
+            if not state.begin(INIT_TID, settings.init_timeout):
+                raise Interrupted  # stopped before it began: as if stopped running
+            if settings.init_timeout is not None:
+                watchdog.poke()
+            fn_ref, initargs = fixed(_compat.loads, settings.init_blob)
+            load_fn(fn_ref)(*initargs)
         except Interrupted:
             failure = TimeoutError("the initializer was stopped (its deadline passed, or the pool was stopped)")
         except BaseException as exc:  # anything the initializer raised: reported, the pool breaks

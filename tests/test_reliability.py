@@ -556,6 +556,48 @@ def test_terminate_workers_with_an_initializer_sleeping_in_c(tmp_path):
     assert "future done" in proc.stdout, _report(proc)
 
 
+@pytest.mark.timeout(60)
+def test_terminate_workers_before_a_workers_initializer_began(monkeypatch):
+    """terminate_workers() while a worker is still starting (its interpreter
+    not made yet): its initializer never runs, and terminate_workers() does
+    not wait for it.  (The CI failure of the test above had the worker's
+    watchdog read the initializer's interrupt before the initializer began,
+    which then ran anyway, 30 s in C.  This test lets the two race, so it
+    passes whichever wins; before the fix one order ran the initializer.)"""
+    from interpexec import _compat
+
+    real, go, entered = _compat.create_interpreter, threading.Event(), threading.Event()
+
+    def held_create(*args, **kwargs):
+        entered.set()
+        assert go.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_compat, "create_interpreter", held_create)
+    r, w = os.pipe()
+    ex = InterpreterPoolExecutor(1, initializer=rh.init_signal_then_sleep, initargs=(w, 30))
+    try:
+        fut = ex.submit(rh.ident, 1)
+        assert entered.wait(30)
+        (worker,) = list(ex._pool.workers.values())
+        t = threading.Thread(target=ex.terminate_workers, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not _compat.queue_count(worker.commands.qid):  # (the initializer's interrupt, sent)
+            assert time.monotonic() < deadline, "terminate_workers() sent no interrupt"
+        go.set()
+        t.join(10)
+        assert not t.is_alive(), "terminate_workers() waited for the initializer"
+        assert fut.done()
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # (the initializer never ran)
+    finally:
+        go.set()
+        os.close(r)
+        os.close(w)
+
+
 INIT_SPIN_SCRIPT = """
 r, w = os.pipe()
 ex = InterpreterPoolExecutor(2, initializer=rh.init_signal_then_spin, initargs=(w,))
