@@ -598,6 +598,22 @@ def test_terminate_workers_before_a_workers_initializer_began(monkeypatch):
         os.close(w)
 
 
+@pytest.mark.timeout(30)
+def test_an_initializer_interrupt_the_watchdog_read_first_stops_it_before_it_begins():
+    """The order the test above cannot force: the worker's watchdog reads the
+    initializer's interrupt before the initializer begins (it records it as
+    one for a task not running).  begin() used to honour such records for
+    tasks only, and ran the initializer."""
+    from interpexec._protocol import INIT_TID
+    from interpexec._watchdog import TaskState
+
+    state = TaskState()
+    with state.lock:
+        assert state.note_interrupt(INIT_TID)  # (what the watchdog does with the request)
+    assert state.begin(INIT_TID, None) is False
+    assert state.begin(INIT_TID, None) is True  # (once: a later initializer runs)
+
+
 INIT_SPIN_SCRIPT = """
 r, w = os.pipe()
 ex = InterpreterPoolExecutor(2, initializer=rh.init_signal_then_spin, initargs=(w,))
