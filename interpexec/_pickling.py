@@ -115,30 +115,27 @@ def _pickle_by_value(fn: Any, why: str) -> bytes:
             f"cannot send {name!r} to an interpreter worker: {why}. Define it at the top level of a "
             "module (or of a script run as a file), or install cloudpickle so interpexec can send it by value."
         ) from None
-    try:
-        if _MANAGERS not in sys.modules:
-            return bytes(cloudpickle.dumps(fn, protocol=5))
-        return _dump(_proxy_pickler_class(cloudpickle.Pickler), fn, None)
-    except RuntimeError as exc:  # (a multiprocessing.Queue in a closure, say: says what to pass instead)
-        from ._errors import explain_inheritance_only
-
-        explain_inheritance_only(exc)
-        raise
+    return dumps(fn, by_value=cloudpickle)
 
 
 _MANAGERS = "multiprocessing.managers"
 _proxy_picklers: dict[type, Any] = {}
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: Any, by_value: Any = None) -> bytes:
     """Pickle ``obj`` (protocol 5, buffers in band) for a worker: a callable
     that is not a plain reference (a bound method, a ``partial``, a callable
-    instance), or an initializer with its arguments.  Manager proxies in it
+    instance), or an initializer with its arguments; with ``by_value`` (the
+    cloudpickle module), a function sent by value.  Manager proxies in it
     carry their key (see :func:`dumps_with_proxies`)."""
     try:
-        if _MANAGERS not in sys.modules:
-            return _compat.dumps(obj, protocol=5)
-        return dumps_with_proxies(obj, None)
+        if _MANAGERS in sys.modules:
+            if by_value is None:
+                return dumps_with_proxies(obj, None)
+            return _dump(_proxy_pickler_class(by_value.Pickler), obj, None)
+        if by_value is not None:
+            return bytes(by_value.dumps(obj, protocol=5))
+        return _compat.dumps(obj, protocol=5)
     except RuntimeError as exc:  # (a multiprocessing.Queue, say: says what to pass instead)
         from ._errors import explain_inheritance_only
 
