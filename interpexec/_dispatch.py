@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import _base
 
-from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_put
+from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_count, queue_put
 from ._future import PoolFuture, start_running
 from ._protocol import STOP
 from ._state import PoolState, WorkItem
@@ -109,11 +109,22 @@ class Dispatcher(PoolState):
         return len(self.inflight) >= self.window
 
     def _wake_a_worker(self, force: bool = False) -> None:
-        """Write a task wake-up byte unless every sleeping worker already has one
-        coming (sleepers <= wake-up bytes written and not yet read)."""
+        """Write a task wake-up byte unless no worker needs it: none sleeps, the
+        lingering ones will take every task queued, or every sleeping worker
+        already has one coming (sleepers <= wake-up bytes written, not yet read)."""
         if SKIP_WAKEUPS and not force:
-            sleepers = self.control.count(1, self.asleep_lo, self.asleep_hi)
-            if not sleepers or sleepers <= self.task_written - sum(self.ctl[self.task_read_lo : self.task_read_hi]):
+            control = self.control
+            sleepers = control.count(1, self.asleep_lo, self.asleep_hi)
+            if not sleepers:
+                return
+            # Each lingering worker looks at the queue once more before it sleeps
+            # (and clears its flag before it takes a task): while they are at
+            # least as many as the tasks queued, a sleeper woken would only take
+            # a CPU from them (in a pool with more workers than CPUs).
+            spinners = control.count(1, self.spin_lo, self.spin_hi)
+            if spinners and queue_count(self.tasks.qid) <= spinners:
+                return
+            if sleepers <= self.task_written - sum(self.ctl[self.task_read_lo : self.task_read_hi]):
                 return
         self.task_written += 1
         try:

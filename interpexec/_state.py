@@ -179,6 +179,7 @@ class PoolState:
         self.ctl[WORKERS] = max_workers
         self.asleep_lo, self.asleep_hi = 8 * self.layout.asleep, 8 * self.layout.task_read
         self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
+        self.spin_lo, self.spin_hi = 8 * self.layout.spinning, 8 * (self.layout.spinning + self.layout.slots)
         self.task_written = 0
 
         # Re-entrant so that a lock a Ctrl-C leaked can be recognized and

@@ -353,6 +353,11 @@ class Channel:
 #                                 worker that takes it from the queue later skips
 #                                 it (checked by the worker itself, at once; its
 #                                 watchdog may not have read the command yet)
+#   [SPINNING + i]                1 while worker i lingers for a task before it
+#                                 sleeps: it looks at the queue at least once
+#                                 more, and clears this before it takes a task,
+#                                 so a sender need not wake a sleeper for as many
+#                                 tasks as there are lingering workers
 #
 # Every entry has a single writer.  A sender puts on the queue, then reads the
 # flags and counters; it writes a wake-up byte only if somebody sleeps and no

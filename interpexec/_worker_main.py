@@ -358,6 +358,9 @@ def _serve(
             ctl[spinning] = 1
             for _ in range(SPIN):
                 if count(task_qid):
+                    # (Cleared before the get: a dispatcher that saw this worker
+                    # lingering counts on its taking one more task.)
+                    ctl[spinning] = 0
                     msg = get(empty)
                     break
                 yield_cpu()

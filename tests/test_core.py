@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures as cf
 import os
 import pickle
+import random
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -713,6 +714,32 @@ def test_back_to_back_submits_to_an_idle_pool_start_at_once(make_pool):
             gate.release(2)
             ids = [f.result(timeout=10)[0] for f in futs]
         assert len(set(ids)) == 2, (round_, ids)
+
+
+@pytest.mark.timeout(90)
+def test_a_burst_into_an_over_subscribed_pool_starts_every_task(make_pool):
+    """More workers than CPUs: a dispatcher skips waking sleepers while the
+    workers lingering after a burst are as many as the tasks queued (each looks
+    once more before it sleeps).  Gated tasks submitted right after a burst of
+    no-ops, as many as there are workers, must all start at once: a task left
+    queued behind a lingering worker that took another never arrives."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = 2 * cpus + 2
+    executor = make_pool(max_workers=workers)
+    rng = random.Random(1605)
+    for round_ in range(30):
+        # A burst first: afterwards some workers linger, the others sleep.
+        burst = rng.choice((0, 1, 2, 8, 64))
+        assert list(executor.map(helpers.square, range(burst))) == [helpers.square(i) for i in range(burst)]
+        with Gate() as gate:
+            futs = [gate.submit_report(executor) for _ in range(workers)]
+            try:
+                gate.wait_arrived(workers, timeout=10)
+            except AssertionError as exc:
+                raise AssertionError(f"round {round_} (burst {burst}): {exc}") from None
+            gate.release(workers)
+            ids = [f.result(timeout=10)[0] for f in futs]
+        assert len(set(ids)) == workers, (round_, ids)
 
 
 @pytest.mark.timeout(30)
