@@ -10,14 +10,15 @@ after releasing the lock.
 
 from __future__ import annotations
 
+import marshal
 import os
 from concurrent.futures import _base
 
 from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_count, queue_put
 from ._future import PoolFuture, start_running
-from ._protocol import STOP
+from ._protocol import NAMED, STOP
 from ._state import PoolState, WorkItem
-from ._transport import SKIP_WAKEUPS
+from ._transport import CELL_PAYLOAD, CELL_WORDS, SKIP_WAKEUPS
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -58,11 +59,12 @@ class Dispatcher(PoolState):
                 if not running:
                     item = None
                     continue
+                msg = self._in_cell(item.msg) if item.msg[1] == NAMED else item.msg
                 inflight[item.tid] = item
                 try:
                     # (A C call: no Python frame between the store and the put,
                     # where a Ctrl-C would leave the task in flight, never sent.)
-                    QUEUE_PUT(self.tasks.qid, item.msg, *QUEUE_PUT_TAIL)
+                    QUEUE_PUT(self.tasks.qid, msg, *QUEUE_PUT_TAIL)
                 except Exception as exc:  # e.g. an object the queue refused: fails that future only
                     if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
                         # Raised by Python code that ran after the put (a signal
@@ -89,6 +91,46 @@ class Dispatcher(PoolState):
                 self.stops_sent += 1
                 self._wake_a_worker(force=True)
         return failed
+
+    def _in_cell(self, msg: tuple[Any, ...]) -> tuple[Any, ...] | int:
+        """Write a NAMED message into its task's call cell and return the bare
+        task id to send instead; or the message itself when the cell is taken
+        (by a task still in flight) or too small.
+
+        A tuple put on a queue costs the main interpreter a pending call when
+        the worker that took it lets it go (about 2 us per task); an int costs
+        nothing there.  The cell stays the task's until the worker's report
+        comes back (``free_cells``): the worker reads it right after taking the
+        id, before it runs the task or reports anything."""
+        tid: int = msg[0]
+        cell = tid & self.cell_mask
+        owners = self.cell_owner
+        if owners[cell]:
+            return msg
+        # Claimed first: a dispatch nested in this one (a signal handler that
+        # submits) finds the cell taken rather than writing it under our feet.
+        owners[cell] = tid
+        try:
+            blob = marshal.dumps(msg)
+        except Exception:  # (not expected for natively shareable values)
+            blob = b""
+        size = len(blob)
+        if not 0 < size <= CELL_PAYLOAD:
+            owners[cell] = 0
+            return msg
+        at = self.cells_at + cell * CELL_WORDS
+        self.control_view[8 * at + 16 : 8 * at + 16 + size] = blob
+        ctl = self.ctl
+        ctl[at + 1] = size
+        ctl[at] = tid
+        return tid
+
+    def free_cells(self, tids: list[int]) -> None:
+        """The workers' reports for ``tids`` came back: their cells are free."""
+        owners, mask = self.cell_owner, self.cell_mask
+        for tid in tids:
+            if owners[tid & mask] == tid:
+                owners[tid & mask] = 0
 
     def _repair(self, item: WorkItem) -> None:
         """Put an item a KeyboardInterrupt caught between two steps of dispatch

@@ -4,8 +4,8 @@ Both sides import this module, so every message kind has one name and one
 number here, and nothing else is ever sent: no source code, no strings to
 parse.  Every message is a tuple of natively shareable values (None, bool,
 int, float, str, bytes and tuples of them, see :mod:`interpexec._transport`),
-or one int (a task that returned None), so the queues never pickle anything
-themselves.
+or one int (a task sent through its call cell, or one that returned None), so
+the queues never pickle anything themselves.
 
 Channels and their messages::
 
@@ -17,6 +17,8 @@ Channels and their messages::
       (tid, CALL,  fn, encoded (args, kwargs items), timeout or None)
       (tid, CHUNK, fn, encoded argument columns,       timeout or None)
       (tid, NAMED, module, qualname, timeout or None, *args)
+      tid       a NAMED message the dispatcher wrote into the task's call cell
+                (see _transport's control block), marshalled: a bare int
       (0,   STOP)
       fn: (module, qualname) for a function found by that name, else a pickle
       NAMED: the common case, flat: a function found by name, called with a
@@ -42,10 +44,14 @@ Channels and their messages::
 The flat forms exist for speed: each tuple level a message has costs both
 interpreters an allocation, a conversion and (for the sender) a release call
 queued by the receiver; a flat message of a no-op call costs about a third less.
-A bare int (a task that returned None) needs no release call at all: the main
-interpreter queues none into the worker, which the worker would contend for
-with the main interpreter's own (the main side turns it into ``(tid, VALUE,
-None)`` as it takes it, see ``Resolver._take_queued``).
+A bare int needs no release call at all.  A task that returned None is one:
+the main interpreter queues no release into the worker, which the worker would
+contend for with the main interpreter's own (the main side turns it into
+``(tid, VALUE, None)`` as it takes it, see ``Resolver._take_queued``).  A NAMED
+task is one too whenever its call cell is free and the message fits: the
+release call a tuple makes the main interpreter run when a worker takes it cost
+it about 2 us per task, a quarter of its whole share of a no-op's round trip;
+marshalling into the cell and back costs about a tenth of that.
 
 Beside the messages, the one exception that is part of the worker side's
 vocabulary: :class:`Interrupted`, which the watchdog raises in a task to stop

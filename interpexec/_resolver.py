@@ -338,6 +338,7 @@ class Resolver(Workers):
         # for it.  A Ctrl-C right after the acquire leaves the lock to the
         # entry point's clean-up, as one cutting a with short does.)
         try:
+            self.free_cells(tids)  # (reports: their workers are done with the cells)
             for tid in tids:
                 if tid > 0 and (item := inflight.get(tid)) is not None:
                     # (Into unsettled first: a Ctrl-C cannot leave the item in

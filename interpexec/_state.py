@@ -181,6 +181,10 @@ class PoolState:
         self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
         self.spin_lo, self.spin_hi = 8 * self.layout.spinning, 8 * (self.layout.spinning + self.layout.slots)
         self.task_written = 0
+        # Call cells (see _transport): the task id that owns each, 0 when free.
+        self.cell_owner = [0] * self.layout.ncells
+        self.cell_mask = self.layout.ncells - 1
+        self.cells_at = self.layout.cells
 
         # Re-entrant so that a lock a Ctrl-C leaked can be recognized and
         # released (release_leaked_locks); the pool's own code never takes them

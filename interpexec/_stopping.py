@@ -127,8 +127,12 @@ class Stopper(Waiting):
         # Take back what no worker has started yet.
         with self.lock:
             queued = self.tasks.drain() if self.started and not self.closed else []
-            items = [self.inflight.pop(msg[0], None) for msg in queued if msg[1] != STOP]
-            self.stops_sent -= sum(1 for msg in queued if msg[1] == STOP)
+            stops = sum(1 for msg in queued if type(msg) is not int and msg[1] == STOP)
+            # (A task sent as its bare id: no worker will read its call cell now.)
+            tids = [msg if type(msg) is int else msg[0] for msg in queued if type(msg) is int or msg[1] != STOP]
+            self.free_cells(tids)
+            items = [self.inflight.pop(tid, None) for tid in tids]
+            self.stops_sent -= stops
         for item in items:
             if item is not None:
                 item.future.force_cancel()

@@ -358,6 +358,12 @@ class Channel:
 #                                 more, and clears this before it takes a task,
 #                                 so a sender need not wake a sleeper for as many
 #                                 tasks as there are lingering workers
+#   [CELLS + (tid % ncells) * CELL_WORDS]  the call cell of task tid, when the
+#                                 task was sent as its bare id: the id, the
+#                                 length, then the task's message, marshalled
+#                                 (written before the id is put on the queue;
+#                                 not written again until the worker's report
+#                                 for that task has come back)
 #
 # Every entry has a single writer.  A sender puts on the queue, then reads the
 # flags and counters; it writes a wake-up byte only if somebody sleeps and no
@@ -377,6 +383,10 @@ COLLECTOR_READ = 1
 PARK = 2
 WORKERS = 3  # the pool's max_workers (read by workers to size their idle spin)
 _FIXED = 4
+#: A call cell: the task id, the length of the message, the marshalled message.
+CELL_WORDS = 32
+CELL_PAYLOAD = 8 * CELL_WORDS - 16
+NCELLS_MAX = 4096  # (1 MiB of cells at most)
 
 
 class ControlLayout:
@@ -391,6 +401,8 @@ class ControlLayout:
     __slots__ = (
         "asleep",
         "busy_ns",
+        "cells",
+        "ncells",
         "nslots",
         "result_written",
         "size",
@@ -415,4 +427,9 @@ class ControlLayout:
         self.waiter_tids = self.waiter_fds + nslots
         self.stop_tids = self.waiter_tids + nslots
         self.spinning = self.stop_tids + nslots
-        self.size = self.spinning + slots
+        # Call cells: a power of two, at least twice the window (the most tasks
+        # in flight, max(2 * max_workers, 8) for slots = 2 * max_workers + 4),
+        # so that a task id's cell is nearly always free when it is dispatched.
+        self.ncells = min(NCELLS_MAX, 1 << (2 * slots - 1).bit_length())
+        self.cells = self.spinning + slots
+        self.size = self.cells + self.ncells * CELL_WORDS

@@ -15,6 +15,7 @@ cannot end an interpreter while one runs.
 
 from __future__ import annotations
 
+import marshal
 import os
 import select
 import sys
@@ -46,6 +47,7 @@ from ._protocol import (
     bare_report,
 )
 from ._transport import (
+    CELL_WORDS,
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
     LENT,
@@ -126,6 +128,11 @@ def _value_report(tid: int, value: Any, payload: tuple[Any, ...], args: tuple[An
         return tid
     enc = _encode_result(value, payload, args)
     return (tid, VALUE, enc[1]) if enc[0] == NATIVE else (tid, OK, enc)
+
+
+def _cell_lost() -> None:
+    """What a task whose call cell did not hold its message runs instead."""
+    raise RuntimeError("interpexec: this task's call was not where it was sent (a bug in interpexec; please report it)")
 
 
 def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
@@ -331,6 +338,21 @@ def _serve(
     busy_ns = layout.busy_ns + index
     clock = time.perf_counter_ns
 
+    cells, cell_mask, cell_bytes, loads = layout.cells, layout.ncells - 1, ctl.cast("B"), marshal.loads
+
+    def from_cell(tid: int) -> tuple[Any, ...]:
+        """The message the dispatcher wrote into task ``tid``'s call cell (it
+        stays there, unchanged, until this worker's report for it is taken)."""
+        at = cells + (tid & cell_mask) * CELL_WORDS
+        try:
+            if ctl[at] == tid:
+                msg: tuple[Any, ...] = loads(cell_bytes[8 * at + 16 : 8 * at + 16 + ctl[at + 1]])
+                if msg[0] == tid:
+                    return msg
+        except Exception:  # (never expected: reported as the task's failure, below)
+            pass
+        return (tid, NAMED, __name__, "_cell_lost", None)
+
     def wake_waiter(slot: int, tid: int) -> bool | None:
         """Wake the thread registered as waiting for task ``tid``: None when none
         is, else whether that wake-up alone suffices.  A thread blocked in
@@ -391,6 +413,8 @@ def _serve(
                 ctl[asleep] = 0
                 continue
             ctl[asleep] = 0
+        if type(msg) is int:  # a task sent as its id: the message is in its call cell
+            msg = from_cell(msg)
         if msg[1] == STOP:
             return EXIT_STOP
         idle_until = 0.0

@@ -105,6 +105,11 @@ VALUES = [
     ("complex", complex(1.5, -2)),
     ("empty-str", ""),
     ("unicode-str", "héllo wörld ✓ \U0001f600 \x00"),
+    ("lone-surrogate-str", "a\ud800b\udfff"),
+    # A call's message goes through a 240-byte call cell when it fits (the
+    # function's names included), otherwise as a tuple: both sides of that line.
+    ("str-in-a-call-cell", "é" * 80),
+    ("str-just-past-a-call-cell", "x" * 220),
     ("long-str", "abc" * 100_000),
     ("empty-bytes", b""),
     ("bytes", bytes(range(256))),
@@ -153,6 +158,22 @@ def test_values_round_trip_like_serial(pool, value):
     assert pool.submit(helpers.typed_remote, value).result(timeout=10) == expected
     # ... and the return value comes back intact.
     assert typed(pool.submit(helpers.identity, value).result(timeout=10)) == expected
+
+
+@pytest.mark.timeout(60)
+def test_calls_arrive_intact_while_a_long_task_holds_its_call_cell(pool):
+    """A task's call cell (its message, when the message is small) stays its own
+    until its report comes back: while one task runs, hundreds of others pass
+    through every cell, those whose cell it holds travel as tuples, and every
+    call arrives with its own arguments."""
+    with Gate() as gate:
+        held = gate.submit(pool, value=("held", 2**62, "ü"))
+        gate.wait_arrived(1)
+        args = [(i, -i * 7, f"s{i}" * (i % 40), (i, None, i % 2 == 0), b"b" * (i % 300)) for i in range(600)]
+        futs = [pool.submit(helpers.echo, *a) for a in args]
+        assert [f.result(timeout=30) for f in futs] == [(a, {}) for a in args]
+        gate.release(1)
+        assert held.result(timeout=10) == ("held", 2**62, "ü")
 
 
 @pytest.mark.timeout(20)
