@@ -48,10 +48,11 @@ A bare int needs no release call at all.  A task that returned None is one:
 the main interpreter queues no release into the worker, which the worker would
 contend for with the main interpreter's own (the main side turns it into
 ``(tid, VALUE, None)`` as it takes it, see ``Resolver._take_queued``).  A NAMED
-task is one too whenever its call cell is free and the message fits: the
-release call a tuple makes the main interpreter run when a worker takes it cost
-it about 2 us per task, a quarter of its whole share of a no-op's round trip;
-marshalling into the cell and back costs about a tenth of that.
+task dispatched beside others in flight is one too when its call cell is free
+and the message fits (``Dispatcher._in_cell``): on a busy machine the release
+call a tuple makes the main interpreter run when a worker takes it cost it
+about 1.5 us per task, a fifth of its share of a no-op; marshalling into the
+cell costs it about 0.2 us.
 
 Beside the messages, the one exception that is part of the worker side's
 vocabulary: :class:`Interrupted`, which the watchdog raises in a task to stop

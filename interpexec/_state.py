@@ -184,7 +184,7 @@ class PoolState:
         # Call cells (see _transport): the task id that owns each, 0 when free.
         self.cell_owner = [0] * self.layout.ncells
         self.cell_mask = self.layout.ncells - 1
-        self.cells_at = self.layout.cells
+        self.cells_at = 8 * self.layout.cells  # (in bytes)
 
         # Re-entrant so that a lock a Ctrl-C leaked can be recognized and
         # released (release_leaked_locks); the pool's own code never takes them

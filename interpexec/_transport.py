@@ -359,11 +359,10 @@ class Channel:
 #                                 so a sender need not wake a sleeper for as many
 #                                 tasks as there are lingering workers
 #   [CELLS + (tid % ncells) * CELL_WORDS]  the call cell of task tid, when the
-#                                 task was sent as its bare id: the id, the
-#                                 length, then the task's message, marshalled
-#                                 (written before the id is put on the queue;
-#                                 not written again until the worker's report
-#                                 for that task has come back)
+#                                 task was sent as its bare id: its message,
+#                                 marshalled (written before the id is put on
+#                                 the queue; not written again until the
+#                                 worker's report for that task has come back)
 #
 # Every entry has a single writer.  A sender puts on the queue, then reads the
 # flags and counters; it writes a wake-up byte only if somebody sleeps and no
@@ -383,9 +382,10 @@ COLLECTOR_READ = 1
 PARK = 2
 WORKERS = 3  # the pool's max_workers (read by workers to size their idle spin)
 _FIXED = 4
-#: A call cell: the task id, the length of the message, the marshalled message.
+#: A call cell: a task's message, marshalled (its first item is the task id;
+#: marshal ignores what follows it, an older message's end).
 CELL_WORDS = 32
-CELL_PAYLOAD = 8 * CELL_WORDS - 16
+CELL_BYTES = 8 * CELL_WORDS
 NCELLS_MAX = 4096  # (1 MiB of cells at most)
 
 

@@ -47,7 +47,7 @@ from ._protocol import (
     bare_report,
 )
 from ._transport import (
-    CELL_WORDS,
+    CELL_BYTES,
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
     LENT,
@@ -338,20 +338,7 @@ def _serve(
     busy_ns = layout.busy_ns + index
     clock = time.perf_counter_ns
 
-    cells, cell_mask, cell_bytes, loads = layout.cells, layout.ncells - 1, ctl.cast("B"), marshal.loads
-
-    def from_cell(tid: int) -> tuple[Any, ...]:
-        """The message the dispatcher wrote into task ``tid``'s call cell (it
-        stays there, unchanged, until this worker's report for it is taken)."""
-        at = cells + (tid & cell_mask) * CELL_WORDS
-        try:
-            if ctl[at] == tid:
-                msg: tuple[Any, ...] = loads(cell_bytes[8 * at + 16 : 8 * at + 16 + ctl[at + 1]])
-                if msg[0] == tid:
-                    return msg
-        except Exception:  # (never expected: reported as the task's failure, below)
-            pass
-        return (tid, NAMED, __name__, "_cell_lost", None)
+    cells_at, cell_mask, cell_bytes, loads = 8 * layout.cells, layout.ncells - 1, ctl.cast("B"), marshal.loads
 
     def wake_waiter(slot: int, tid: int) -> bool | None:
         """Wake the thread registered as waiting for task ``tid``: None when none
@@ -413,8 +400,15 @@ def _serve(
                 ctl[asleep] = 0
                 continue
             ctl[asleep] = 0
-        if type(msg) is int:  # a task sent as its id: the message is in its call cell
-            msg = from_cell(msg)
+        if type(msg) is int:  # a task sent as its id: its message is in its call cell
+            tid = msg
+            at = cells_at + (tid & cell_mask) * CELL_BYTES
+            try:
+                msg = loads(cell_bytes[at : at + CELL_BYTES])  # (the cell is the task's until it reports)
+                if msg[0] != tid:
+                    raise ValueError(msg[0])
+            except Exception:  # (never expected: reported as the task's failure)
+                msg = (tid, NAMED, __name__, "_cell_lost", None)
         if msg[1] == STOP:
             return EXIT_STOP
         idle_until = 0.0

@@ -106,8 +106,9 @@ VALUES = [
     ("empty-str", ""),
     ("unicode-str", "héllo wörld ✓ \U0001f600 \x00"),
     ("lone-surrogate-str", "a\ud800b\udfff"),
-    # A call's message goes through a 240-byte call cell when it fits (the
-    # function's names included), otherwise as a tuple: both sides of that line.
+    # A call's message goes through a 256-byte call cell when it fits (the
+    # function's names included) and other tasks are in flight, otherwise as a
+    # tuple: both sides of that line (see the call cell test below).
     ("str-in-a-call-cell", "é" * 80),
     ("str-just-past-a-call-cell", "x" * 220),
     ("long-str", "abc" * 100_000),
@@ -172,6 +173,10 @@ def test_calls_arrive_intact_while_a_long_task_holds_its_call_cell(pool):
         args = [(i, -i * 7, f"s{i}" * (i % 40), (i, None, i % 2 == 0), b"b" * (i % 300)) for i in range(600)]
         futs = [pool.submit(helpers.echo, *a) for a in args]
         assert [f.result(timeout=30) for f in futs] == [(a, {}) for a in args]
+        # Every kind of value, on both sides of the cell's size, behind that task.
+        values = [v for _, v in VALUES]
+        futs = [pool.submit(helpers.typed_remote, v) for v in values]
+        assert [f.result(timeout=30) for f in futs] == [typed(v) for v in values]
         gate.release(1)
         assert held.result(timeout=10) == ("held", 2**62, "ü")
 
