@@ -1831,11 +1831,15 @@ with InterpreterPoolExecutor(1, max_tasks_per_child=1) as ex:
         return worker.interp_id
 
     fresh = next_interpreter(ex.submit(h.current_interp_id).result(timeout=20))
-    last_take = threading.Event()
+    last_take, main_takes = threading.Event(), threading.Event()
     take_results = pool.take_results
 
     def take_results_and_tell(final=False):  # (the worker's last take, before it destroys its interpreter)
         if final:
+            # The main thread's take first (a state, not a delay): a last take
+            # that came first would take the result itself, and the main
+            # thread would never be inside a take while the worker ends.
+            main_takes.wait(20)
             last_take.set()
         return take_results(final)
 
@@ -1843,6 +1847,8 @@ with InterpreterPoolExecutor(1, max_tasks_per_child=1) as ex:
     seen = []
 
     def at(line):  # (the take done, arrived empty: the worker ends meanwhile)
+        if threading.current_thread() is threading.main_thread():
+            main_takes.set()
         if first_in_main(line, return_line, seen):
             seen.append(last_take.wait(20))
             return sys.monitoring.DISABLE
