@@ -49,7 +49,13 @@ class Dispatcher(PoolState):
         try:
             while pending and len(inflight) < self.window:
                 try:
-                    item = pending.popleft()
+                    # Named first, then popped: a signal handler runs right
+                    # after a call returns, so one raising KeyboardInterrupt
+                    # after ``item = pending.popleft()``'s call, before the
+                    # store, lost the item (its future pending for ever).
+                    # Now it is ``item`` when popped (see the except below).
+                    item = pending[0]
+                    pending.popleft()
                 except IndexError:  # a nested dispatch (a signal handler calling the pool) took the rest
                     break
                 # (A cancelled future's callbacks already ran in cancel(): none run here.)
@@ -162,9 +168,12 @@ class Dispatcher(PoolState):
             # Each lingering worker looks at the queue once more before it sleeps
             # (and clears its flag before it takes a task): while they are at
             # least as many as the tasks queued, a sleeper woken would only take
-            # a CPU from them (in a pool with more workers than CPUs).
-            spinners = control.count(1, self.spin_lo, self.spin_hi)
-            if spinners and queue_count(self.tasks.qid) <= spinners:
+            # a CPU from them (in a pool with more workers than CPUs).  The
+            # count comes first: a worker still flagged after it is read looks
+            # again after that, whereas one counted on a flag read first may
+            # have spent its look on a task taken before the count.
+            queued = queue_count(self.tasks.qid)
+            if control.count(1, self.spin_lo, self.spin_hi) >= queued:
                 return
             if sleepers <= self.task_written - sum(self.ctl[self.task_read_lo : self.task_read_hi]):
                 return
