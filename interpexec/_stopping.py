@@ -27,7 +27,6 @@ import time
 
 from . import _compat, _queue, _sigint, _wakeup
 from ._future import PoolFuture
-from ._protocol import STOP
 from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
 from ._transport import PARK
@@ -127,12 +126,13 @@ class Stopper(Waiting):
         # Take back what no worker has started yet.
         with self.lock:
             queued = self.tasks.drain() if self.started and not self.closed else []
-            stops = sum(1 for msg in queued if type(msg) is not int and msg[1] == STOP)
-            # (A task sent as its bare id: no worker will read its call cell now.)
-            tids = [msg if type(msg) is int else msg[0] for msg in queued if type(msg) is int or msg[1] != STOP]
+            # (A task sent as its bare id: no worker will read its call cell now.
+            # Task ids start at 1; a STOP is (0, STOP).)
+            tids = [msg if type(msg) is int else msg[0] for msg in queued]
+            self.stops_sent -= tids.count(0)
+            tids = [tid for tid in tids if tid]
             self.free_cells(tids)
             items = [self.inflight.pop(tid, None) for tid in tids]
-            self.stops_sent -= stops
         for item in items:
             if item is not None:
                 item.future.force_cancel()
