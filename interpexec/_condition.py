@@ -5,11 +5,24 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from ._compat import RLock, allocate_lock, held, lock_is_owned, reacquire, release_all
+from ._compat import (
+    WITH_ENTRY_INTERRUPTIBLE,
+    RLock,
+    allocate_lock,
+    held,
+    lock_is_owned,
+    lock_level,
+    reacquire,
+    release_all,
+)
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from typing import Any
+
+
+_acquire = RLock.acquire
+_release = RLock.release
 
 
 class FutureCondition(RLock):  # type: ignore[misc]
@@ -20,7 +33,12 @@ class FutureCondition(RLock):  # type: ignore[misc]
     ``with``, ``acquire`` and ``release`` are the C lock's own: no Python frame
     between acquiring the lock and the protection of a ``with`` block, where a
     Ctrl-C would leave the lock held for ever (threading.Condition's
-    ``__enter__`` is Python code).  ``wait``, ``notify`` and ``notify_all`` are
+    ``__enter__`` is Python code).  Except on 3.14, where ``with`` itself
+    leaves that gap after a C ``__enter__`` (``_compat.WITH_ENTRY_INTERRUPTIBLE``):
+    there ``__enter__`` is Python code that acquires inside a ``try``, so every
+    ``with`` on a future's condition, the standard ``Future`` methods' too, is
+    Ctrl-C safe (about 40 ns more per ``with``).  A condition left held by the
+    main thread would block the resolver, and the pool, for ever.  ``wait``, ``notify`` and ``notify_all`` are
     threading.Condition's (3.13-3.15), over the lock's save/restore
     (``_compat.release_all``/``reacquire``), which is all ``concurrent.futures``
     uses."""
@@ -29,6 +47,19 @@ class FutureCondition(RLock):  # type: ignore[misc]
 
     def __init__(self) -> None:
         self._waiters: deque[Any] | None = None
+
+    if WITH_ENTRY_INTERRUPTIBLE:
+
+        def __enter__(self, blocking: bool = True, timeout: float = -1) -> bool:
+            # (Returning from a Python function runs no signal handler in the
+            # caller: the gap is inside this try, and closed by it.)
+            level = lock_level(self)
+            try:
+                return _acquire(self, blocking, timeout)
+            except BaseException:
+                while lock_level(self) > level:
+                    _release(self)
+                raise
 
     def wait(self, timeout: float | None = None) -> bool:
         lock: Any = self

@@ -15,7 +15,7 @@ import os
 from concurrent.futures import _base
 
 from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_count, queue_put
-from ._future import PoolFuture, start_running
+from ._future import PoolFuture, start_running_locked
 from ._protocol import NAMED, STOP
 from ._state import PoolState, WorkItem
 from ._transport import CELL_BYTES, SKIP_WAKEUPS
@@ -60,7 +60,7 @@ class Dispatcher(PoolState):
                     break
                 # (A cancelled future's callbacks already ran in cancel(): none run here.)
                 self.dispatching = item  # (see release_future_locks)
-                running = start_running(item.future)
+                running = start_running_locked(item.future)
                 self.dispatching = None
                 if not running:
                     item = None

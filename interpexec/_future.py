@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
         def lock_levels(self) -> tuple[int, int]: ...
 
+        lock: Any
+
         def release_leaked_locks(self, levels: tuple[int, int] = ...) -> None: ...
 
 else:
@@ -130,14 +132,30 @@ class PoolFuture(Future[T]):
 
     def cancel_if_pending(self) -> bool:
         """Cancel a future no worker has taken yet, and tell every waiter now
-        (the pool never starts it: the dispatcher skips it).  False otherwise."""
-        with self._condition:
-            if self._state != _PENDING:
-                return False
-            self._state = _NOTIFIED
-            for waiter in self._waiters:
-                waiter.add_cancelled(self)
-            self._condition.notify_all()
+        (the pool never starts it: the dispatcher skips it).  False otherwise.
+
+        The state changes under the pool's lock too: the dispatcher, which
+        holds that lock, starts a pending future without its condition when
+        another thread holds that (see :func:`start_running_locked`), this one
+        for instance, but never while this holds the pool's lock.  (Taken
+        second: the dispatcher never waits for a condition, and a thread that
+        holds this condition in an outer frame may wait for the pool's lock.)"""
+        pool = self._ie_pool
+        levels = pool.lock_levels()
+        try:
+            with self._condition:
+                if self._state != _PENDING:
+                    return False
+                with pool.lock:
+                    if self._state != _PENDING:  # (started meanwhile)
+                        return False
+                    self._state = _NOTIFIED
+                for waiter in self._waiters:
+                    waiter.add_cancelled(self)
+                self._condition.notify_all()
+        except BaseException:  # (a Ctrl-C right after an acquire: see _compat.release_if_owned)
+            pool.release_leaked_locks(levels)
+            raise
         self._invoke_callbacks()
         return True
 
@@ -256,6 +274,47 @@ class PoolFuture(Future[T]):
             self._condition.notify_all()
         self._invoke_callbacks()
         return True
+
+
+def start_running_locked(fut: Future[Any]) -> bool:
+    """:func:`start_running` for the dispatcher, under the pool's lock: it must
+    not wait for a future's lock there.  The main thread can hold one in an
+    outer frame (registering its wait for a pending future) while a signal
+    handler run inside waits for the pool's lock (a ``submit()``, a
+    ``result()``): the dispatcher waiting for that future would wait for ever,
+    and the pool with it.  So, that lock held by another thread, a pending
+    future is started without it: its holder does not change a pending state,
+    as ``cancel()`` (the only one that does) runs under the pool's lock too."""
+    cond = fut._condition
+    level = lock_level(cond)
+    # (Not a with, the acquire may fail; nor a finally, where a signal handler
+    # can run before the release: the release comes first, or the except
+    # does it, for a Ctrl-C right after the acquire returned.)
+    try:
+        if cond.acquire(False):
+            state = fut._state
+            if state == _PENDING:
+                fut._state = _RUNNING
+                cond.release()
+                return True
+            if state == _CANCELLED:  # (the standard cancel(): its waiters learn it now)
+                fut._state = _NOTIFIED
+                for waiter in fut._waiters:
+                    waiter.add_cancelled(fut)
+            cond.release()
+            return False
+    except BaseException:
+        while lock_level(cond) > level:
+            cond.release()
+        raise
+    if fut._state == _PENDING:
+        fut._state = _RUNNING
+        return True
+    if fut._state != _CANCELLED:
+        return False
+    # Cancelled by the standard Future.cancel() (not PoolFuture's), with the
+    # condition held elsewhere: never seen in practice; wait for it.
+    return start_running(fut)
 
 
 def start_running(fut: Future[Any]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+from ._compat import os_thread_started
 from ._dispatch import Dispatcher
 from ._future import set_exception_if_running, start_running
 from ._protocol import WorkerSettings
@@ -41,11 +42,17 @@ class Workers(Dispatcher):
             self.active += 1
             try:
                 w.start()
-            except Exception as exc:  # no thread (the thread limit; the interpreter exiting)
+            except BaseException as exc:  # no thread (the thread limit; the interpreter exiting)
+                if os_thread_started(w.thread):
+                    # (An exception from a signal handler, raised while start()
+                    # waited for the thread to run: it runs, and is counted.)
+                    raise
                 del self.workers[slot]
                 self.free_slots.append(slot)
                 self.active -= 1
                 w.discard()
+                if not isinstance(exc, Exception):
+                    raise
                 # With other workers the pool goes on with fewer (the next start
                 # tries again); with none it cannot run anything: the caller
                 # breaks it once the lock is released (see after_start).

@@ -32,7 +32,15 @@ from concurrent.futures import _base
 from itertools import islice, repeat
 from operator import call, itemgetter
 
-from ._compat import QueueEmpty, QueueNotFoundError, is_main_thread, lock_level, queue_count_if_open, queue_take
+from ._compat import (
+    QueueEmpty,
+    QueueNotFoundError,
+    is_main_thread,
+    lock_level,
+    os_thread_started,
+    queue_count_if_open,
+    queue_take,
+)
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PipeWaiter, PoolFuture
 from ._lifecycle import Workers, warn_threads_left
@@ -77,11 +85,19 @@ class Resolver(Workers):
         inside Thread.start() could leave a thread running that the pool does
         not know of (a second resolver), or one counted that never ran; held
         back, it is raised once the lock is released."""
-        if not self.started:
-            self.resolver_thread = threading.Thread(
-                target=self._resolver_loop, name=f"{self.thread_name_prefix}_resolver", daemon=True
-            )
-            self.resolver_thread.start()
+        if self.resolver_thread is None:
+            name = f"{self.thread_name_prefix}_resolver"
+            thread = threading.Thread(target=self._resolver_loop, name=name, daemon=True)
+            try:
+                thread.start()
+            finally:
+                # An exception from a signal handler other than SIGINT's (not
+                # held back) can cut start() short before the thread runs (the
+                # next start makes another) or after (it runs: not another one;
+                # and a second one started anyway leaves at once, see
+                # _resolver_loop).
+                if self.resolver_thread is None and os_thread_started(thread):
+                    self.resolver_thread = thread
         super().start_locked()
 
     # ----------------------------------------------------------- collecting
@@ -444,7 +460,14 @@ class Resolver(Workers):
 
     # ------------------------------------------------------ the resolver thread
     def _resolver_loop(self) -> None:
-        self.resolver_ident = threading.get_ident()
+        with self.lock:
+            # One resolver per pool: the first that runs.  (Another is started
+            # only if a signal handler's exception cut the first start short
+            # where it could not be told that the thread had started.)
+            if self.resolver_ident:
+                return
+            self.resolver_ident = threading.get_ident()
+            self.resolver_thread = threading.current_thread()
         rfd, ctl = self.results.rfd, self.ctl
         while True:
             if not self.collect():

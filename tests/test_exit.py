@@ -365,8 +365,9 @@ def test_future_locks_the_main_thread_left_held_do_not_hang_the_exit(tmp_path, h
 # The same, where it deadlocked: the resolver dispatching a queued future whose
 # lock the main thread left held waits for that lock while holding the pool's
 # own, so whatever takes the pool's lock first (the exit, shutdown()) waits for
-# ever.  The script waits until the resolver has reached that future (seen with
-# sys.monitoring, when it starts the standard set_running step of dispatch).
+# ever (the dispatcher now starts such a future without its lock).  The script
+# waits until the resolver has reached that future (seen with sys.monitoring,
+# when it starts dispatch's set_running step for it).
 DISPATCH_LEAK_SCRIPT = textwrap.dedent(
     """
     import os, sys, threading
@@ -391,7 +392,7 @@ DISPATCH_LEAK_SCRIPT = textwrap.dedent(
         tool = sys.monitoring.PROFILER_ID
         sys.monitoring.use_tool_id(tool, "test")
         sys.monitoring.register_callback(tool, sys.monitoring.events.PY_START, on_start)
-        sys.monitoring.set_local_events(tool, _future.start_running.__code__, sys.monitoring.events.PY_START)
+        sys.monitoring.set_local_events(tool, _future.start_running_locked.__code__, sys.monitoring.events.PY_START)
         assert reached.wait(30), "the resolver never reached the held future"
         print("holding", flush=True)
         if how == "shutdown":

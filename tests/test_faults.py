@@ -2436,3 +2436,174 @@ def test_waiting_for_worker_events_without_the_lock_is_refused():
     assert not lock._is_owned()
     assert lock.acquire(blocking=False)
     lock.release()
+
+
+def _with_on_condition(fut):
+    with fut._condition:
+        return fut._state
+
+
+def _interrupted_calls(call, make, seconds):
+    """Call ``call(make())`` over and over for ``seconds`` under a SIGALRM storm
+    (every 50 us) whose handler raises KeyboardInterrupt once per arming; return
+    (interrupts, futures whose lock an interrupt left held)."""
+    import time
+
+    from interpexec import _compat
+
+    armed = [False]
+
+    def handler(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+
+    def calls(fut):
+        # (A loop of its own: a signal handler's exception raised at a loop's
+        # jump back can miss the try around the loop on 3.13-3.14,
+        # CPython gh-130279; here it ends this function, caught by the caller.)
+        for _ in range(200):
+            call(fut)
+            fut = make()
+
+    interrupts, leaks = 0, 0
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            fut = make()
+            try:
+                armed[0] = True
+                calls(fut)
+                armed[0] = False
+            except KeyboardInterrupt as exc:
+                interrupts += 1
+                # (The future the interrupt caught: the newest local of calls'.)
+                tb = exc.__traceback__
+                while tb is not None and tb.tb_frame.f_code is not calls.__code__:
+                    tb = tb.tb_next
+                held = tb.tb_frame.f_locals["fut"] if tb is not None else fut
+                if _compat.lock_level(held._condition):
+                    leaks += 1
+                    _compat.release_if_owned(held._condition)
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        # (SIG_IGN, not the default, which would end the process on a last
+        # alarm already on its way to another thread.)
+        signal.signal(signal.SIGALRM, signal.SIG_IGN if old in (None, signal.SIG_DFL) else old)
+    return interrupts, leaks
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["with", "done", "dispatch", "set_result"])
+def test_a_ctrl_c_storm_never_leaves_a_futures_lock_held(where):
+    """CPython 3.14 runs signal handlers right after a ``with``'s C ``__enter__``
+    returns, before the block is protected (gh-148874): a Ctrl-C there left a
+    future's lock held by the main thread, and the resolver, which takes it to
+    settle or start that future, blocked on it for ever, with the pool.  Every
+    ``with`` on a future's condition counts: ours, and the standard ``Future``
+    methods'.  After each interrupt of a storm, the future's lock must be free
+    (3.14.10 without the fix: about every second interrupt left it held)."""
+    from interpexec._future import PoolFuture, start_running, start_running_locked
+
+    def make():
+        fut = PoolFuture(None, 1)
+        if where == "set_result":
+            start_running(fut)
+        return fut
+
+    call = {
+        "with": _with_on_condition,
+        "done": lambda fut: fut.done(),
+        "dispatch": start_running_locked,
+        "set_result": lambda fut: fut.set_result(1),
+    }[where]
+    interrupts, leaks = _interrupted_calls(call, make, 1.5)
+    assert interrupts > 100  # (the storm reached the calls)
+    assert leaks == 0, f"{leaks} of {interrupts} interrupts left the future's lock held"
+
+
+class _InterruptedStart(threading.Thread):
+    """A thread whose start() raises KeyboardInterrupt (as a signal handler's
+    exception does while start() waits for the new thread to run), ``when``
+    "after" the OS thread started or "before" it did, once per test."""
+
+    when = "after"
+    fired = False
+
+    def start(self):
+        if not _InterruptedStart.fired and self.when == "before":
+            _InterruptedStart.fired = True
+            raise KeyboardInterrupt
+        super().start()
+        if not _InterruptedStart.fired:
+            _InterruptedStart.fired = True
+            raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("which", ["resolver", "worker"])
+def test_a_thread_start_cut_short_by_an_exception_leaves_one_resolver_and_no_phantom_worker(monkeypatch, which, when):
+    """``Thread.start()`` waits in Python for the new thread to run, so an
+    exception a signal handler raises (one the pool does not hold back, as it
+    holds back Ctrl-C) can leave it before or after the OS thread started.  The
+    pool must count the thread as it is: a resolver started anyway is the only
+    one (a second start made three resolvers run at once under a signal storm),
+    a worker that never started is not counted (it would never take work, nor
+    end, and shutdown would wait for it)."""
+    import types
+
+    from interpexec import _resolver, _worker
+
+    monkeypatch.setattr(_InterruptedStart, "when", when)
+    monkeypatch.setattr(_InterruptedStart, "fired", False)
+    target = _resolver if which == "resolver" else _worker
+    fake = types.SimpleNamespace(**vars(threading))
+    fake.Thread = _InterruptedStart
+    monkeypatch.setattr(target, "threading", fake)
+    before = set(threading.enumerate())
+    ex = InterpreterPoolExecutor(2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.submit(fh.ok, 0)
+        futures = [ex.submit(fh.ok, i) for i in range(1, 20)]
+        assert [f.result(timeout=30) for f in futures] == list(range(1, 20))
+        resolvers = [t for t in threading.enumerate() if t not in before and t.name.endswith("_resolver")]
+        assert len(resolvers) == 1, resolvers
+        assert ex._pool.resolver_thread is resolvers[0]
+        stats = ex.stats()
+        # (The interrupted submit raised before it queued its call: that never runs.)
+        assert (stats["completed"], stats["pending"], stats["in_flight"]) == (19, 0, 0)
+    finally:
+        ex.shutdown(wait=True)
+    assert not [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+@pytest.mark.timeout(60)
+def test_a_dispatch_never_waits_for_a_pending_futures_lock_another_thread_holds():
+    """The main thread can hold a pending future's lock in an outer frame
+    (registering its wait for it, or inside ``concurrent.futures.wait()``)
+    while a signal handler run there waits for the pool's lock (a
+    ``submit()``).  The dispatcher, under the pool's lock, waited for that
+    future's lock: both waited for ever (seen under a signal storm on 3.14 and
+    3.15).  Here the lock is held while the resolver dispatches the future:
+    the future must start, and a submit must get through, meanwhile."""
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(1) as ex:
+        blocker = ex.submit(fh.block_on_queue, q)
+        _until(lambda: blocker.running() and not ex._pool.pending and q.qsize() == 0, "the worker busy")
+        queued = [ex.submit(fh.ok, i) for i in range(ex._pool.window + 3)]  # (the last ones wait in pending)
+        last = queued[-1]
+        assert last._state == "PENDING" and ex._pool.pending
+        with last._condition:  # (as the main thread's outer frame would)
+            q.put("go")  # the blocker returns; the resolver dispatches what waits
+            _until(lambda: last._state == "RUNNING", "the future started while its lock is held elsewhere")
+            extra = ex.submit(fh.ok, "extra")  # (the pool's lock is free again)
+        assert [f.result(timeout=30) for f in queued] == list(range(len(queued)))
+        assert extra.result(timeout=30) == "extra"
+        assert blocker.result(timeout=30) == "go"
+        # (cancel() still has its meaning: a pending future is cancelled, a started one is not.)
+        assert not last.cancel()
