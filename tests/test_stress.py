@@ -42,6 +42,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECONDS = float(os.environ.get("INTERPEXEC_STRESS_SECONDS", "8"))
 SEED = int(os.environ.get("INTERPEXEC_STRESS_SEED", "20250611"))
+STORM_SECONDS = float(os.environ.get("INTERPEXEC_STORM_SECONDS", "6"))
 
 STRESS_SCRIPT = textwrap.dedent(
     """
@@ -365,3 +366,123 @@ def test_randomised_stress(tmp_path):
     ops, futures, done, not_done, bad, _sigint = map(int, m.groups())
     assert ops > 0 and futures > 0, report
     assert done == futures and not_done == 0 and bad == 0, report
+
+
+# A SIGALRM every 0.2 ms whose handler calls the pool while the main thread is
+# inside it: submits, sometimes waits a moment for an earlier future, and one
+# time in five (while the main thread is inside submit() or result()) raises
+# KeyboardInterrupt.  Nested pool calls, a Ctrl-C at any bytecode of the pool's
+# code, and lock orders no single thread would take: this found a resolver
+# started twice (then three running at once), a dispatch waiting for a future's
+# lock the main thread held while its handler waited for the pool's lock, and
+# on 3.14 futures' locks left held by a Ctrl-C right after a ``with`` took them
+# (each stalled or hung the pool).  Every future submitted must resolve with its
+# own arguments, and the pool must shut down.  (Not covered: a second exception
+# from a handler landing inside the pool's repair of the first.)
+STORM_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, random, signal, sys, time
+    sys.path.insert(0, {root!r})
+    import interpexec
+    from tests import fault_helpers as fh
+
+    if __name__ == "__main__":
+        seed, seconds = int(sys.argv[1]), float(sys.argv[2])
+        faulthandler.dump_traceback_later(seconds + 60, exit=True)
+        rng = random.Random(seed)
+        held, state = [], {{"armed": False, "depth": 0, "calls": 0, "kbd": 0}}
+        ex = interpexec.InterpreterPoolExecutor(max_workers=rng.choice([2, 3, 6]))
+
+        def handler(signum, frame):
+            if state["depth"] >= 2:
+                return
+            state["depth"] += 1
+            try:
+                state["calls"] += 1
+                r = rng.random()
+                if state["armed"] and r < 0.2:
+                    # (Once per arming: a second exception landing inside the
+                    # pool's repair of the first can lose a task, and does,
+                    # once in a few hundred seconds of this storm.)
+                    state["armed"] = False
+                    raise KeyboardInterrupt
+                args = ("h", state["calls"], "x" * (state["calls"] % 230))
+                held.append((ex.submit(fh.echo, *args), args))
+                if r > 0.9 and len(held) > 3:
+                    try:
+                        held[-3][0].result(timeout=0.5)
+                    except TimeoutError:
+                        pass
+            finally:
+                state["depth"] -= 1
+
+        signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+        end, i = time.monotonic() + seconds, 0
+        try:
+            while time.monotonic() < end:
+                try:
+                    i += 1
+                    args = ("m", i, "y" * (i % 240), (i, True, -0.0))
+                    state["armed"] = True
+                    f = ex.submit(fh.echo, *args)
+                    state["armed"] = False
+                    held.append((f, args))
+                    if i % 500 == 0:
+                        state["armed"] = True
+                        for f, a in held[-500:]:
+                            f.result(timeout=30)
+                        state["armed"] = False
+                except (KeyboardInterrupt, RuntimeError) as exc:
+                    # (RuntimeError: a KeyboardInterrupt inside threading's own
+                    # Event.wait, in Thread.start(), makes its with release an
+                    # unlocked lock: CPython's, not the pool's.)
+                    state["armed"] = False
+                    if isinstance(exc, RuntimeError) and "unlocked lock" not in str(exc):
+                        raise
+                    state["kbd"] += 1
+        finally:
+            state["armed"] = False
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        bad = []
+        for f, a in held:
+            try:
+                got = f.result(timeout=30)
+            except BaseException as exc:
+                bad.append(f"{{a[:2]}}: {{exc!r}} ({{f._state}})")
+                continue
+            if got != a or repr(got) != repr(a):
+                bad.append(f"{{a[:2]}}: got {{got[:2]}}")
+        ex.shutdown(wait=True)
+        counts = f"handler_calls {{state['calls']}} kbd {{state['kbd']}} bad {{len(bad)}}"
+        print(f"futures {{len(held)}} {{counts}}", flush=True)
+        for line in bad[:10]:
+            print("BAD", line, flush=True)
+        sys.stdout.flush()
+        faulthandler.cancel_dump_traceback_later()
+    """
+)
+
+
+@pytest.mark.timeout(STORM_SECONDS + 120)
+def test_signal_storm_whose_handler_calls_the_pool(tmp_path):
+    script = tmp_path / "storm.py"
+    script.write_text(STORM_SCRIPT.format(root=ROOT))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rerun = f"re-run with INTERPEXEC_STRESS_SEED={SEED} INTERPEXEC_STORM_SECONDS={STORM_SECONDS:g}"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(SEED), str(STORM_SECONDS)],
+        capture_output=True,
+        text=True,
+        timeout=STORM_SECONDS + 100,
+        env=env,
+    )
+    print(proc.stdout)
+    report = f"seed {SEED} ({rerun})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-8000:]}"
+    assert proc.returncode == 0, report
+    m = re.search(r"futures (\d+) handler_calls (\d+) kbd (\d+) bad (\d+)", proc.stdout)
+    assert m, report
+    futures, calls, kbd, bad = map(int, m.groups())
+    assert futures > 1000 and calls > 100 and kbd > 10, report  # (the storm reached the pool)
+    assert bad == 0, report
