@@ -341,24 +341,30 @@ STRESS_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(SECONDS + 120)
-def test_randomised_stress(tmp_path):
+def _run_seeded(tmp_path, source: str, seconds: float, rerun: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run a stress script (as a file) for ``seconds`` with the seed; return the
+    process and a report naming how to re-run it."""
     script = tmp_path / "stress.py"
-    script.write_text(STRESS_SCRIPT.format(root=ROOT))
+    script.write_text(source.format(root=ROOT))
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    rerun = f"re-run with INTERPEXEC_STRESS_SEED={SEED} INTERPEXEC_STRESS_SECONDS={SECONDS:g}"
     try:
         proc = subprocess.run(
-            [sys.executable, str(script), str(SEED), str(SECONDS)],
+            [sys.executable, str(script), str(SEED), str(seconds)],
             capture_output=True,
             text=True,
-            timeout=SECONDS + 100,
+            timeout=seconds + 100,
             env=env,
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"stress run hung (seed {SEED}; {rerun}):\n{exc.stdout}\n{exc.stderr}")
-    print(proc.stdout)  # the seed, the end mode and the number of operations
-    report = f"seed {SEED} ({rerun})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-6000:]}"
+    print(proc.stdout)  # the seed, what was done
+    return proc, f"seed {SEED} ({rerun})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-8000:]}"
+
+
+@pytest.mark.timeout(SECONDS + 120)
+def test_randomised_stress(tmp_path):
+    rerun = f"re-run with INTERPEXEC_STRESS_SEED={SEED} INTERPEXEC_STRESS_SECONDS={SECONDS:g}"
+    proc, report = _run_seeded(tmp_path, STRESS_SCRIPT, SECONDS, rerun)
     assert "Fatal Python error" not in proc.stderr, report
     assert proc.returncode == 0, report
     m = re.search(r"ops (\d+) futures (\d+) done (\d+) not_done (\d+) bad (\d+) sigint (\d+)", proc.stdout)
@@ -467,19 +473,8 @@ STORM_SCRIPT = textwrap.dedent(
 
 @pytest.mark.timeout(STORM_SECONDS + 120)
 def test_signal_storm_whose_handler_calls_the_pool(tmp_path):
-    script = tmp_path / "storm.py"
-    script.write_text(STORM_SCRIPT.format(root=ROOT))
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rerun = f"re-run with INTERPEXEC_STRESS_SEED={SEED} INTERPEXEC_STORM_SECONDS={STORM_SECONDS:g}"
-    proc = subprocess.run(
-        [sys.executable, str(script), str(SEED), str(STORM_SECONDS)],
-        capture_output=True,
-        text=True,
-        timeout=STORM_SECONDS + 100,
-        env=env,
-    )
-    print(proc.stdout)
-    report = f"seed {SEED} ({rerun})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-8000:]}"
+    proc, report = _run_seeded(tmp_path, STORM_SCRIPT, STORM_SECONDS, rerun)
     assert proc.returncode == 0, report
     m = re.search(r"futures (\d+) handler_calls (\d+) kbd (\d+) bad (\d+)", proc.stdout)
     assert m, report
