@@ -154,6 +154,7 @@ __all__ = [
     "sigint_handler",
     "sigint_swapper",
     "start_thread",
+    "start_thread_object",
     "swap_sigint_handler",
     "thread_count",
     "tracing_allocations",
@@ -462,6 +463,28 @@ def start_thread(fn: Any) -> Any:
     """Start a joinable, non-daemon thread without the threading module (which a
     worker does not import for itself); returns a handle with ``join()``."""
     return _thread.start_joinable_thread(fn, daemon=False)
+
+
+def start_thread_object(thread: Any) -> None:
+    """``thread.start()`` (a ``threading.Thread``) that an exception from a
+    signal handler cannot leave with the new thread blocked for ever.
+
+    ``start()`` waits for the new thread on an Event, whose ``wait`` enters a
+    Condition in Python code: an exception right after that Condition took its
+    lock leaves the lock held by this thread, and the new thread then blocks
+    in ``_bootstrap_inner`` setting the event, never running.  Here the event's
+    lock is re-entrant, so that the lock this thread may have kept is told
+    apart from the new thread's own hold, and released."""
+    import threading
+
+    started = threading.Event()
+    started._cond = threading.Condition(RLock())  # type: ignore[attr-defined]
+    thread._started = started
+    try:
+        thread.start()
+    except BaseException:
+        release_if_owned(started._cond._lock)  # type: ignore[attr-defined]
+        raise
 
 
 def os_thread_started(thread: Any) -> bool:

@@ -127,7 +127,13 @@ class PoolFuture(Future[T]):
         if self._state in (_CANCELLED, _NOTIFIED):
             return True
         if self._ie_interrupt_on_cancel and self._state == _RUNNING:
-            return self._ie_pool.interrupt(self)
+            pool = self._ie_pool
+            levels = pool.lock_levels()
+            try:
+                return pool.interrupt(self)
+            except BaseException:  # (a Ctrl-C must not leave the pool's lock held)
+                pool.release_leaked_locks(levels)
+                raise
         return False
 
     def cancel_if_pending(self) -> bool:
@@ -139,24 +145,32 @@ class PoolFuture(Future[T]):
         another thread holds that (see :func:`start_running_locked`), this one
         for instance, but never while this holds the pool's lock.  (Taken
         second: the dispatcher never waits for a condition, and a thread that
-        holds this condition in an outer frame may wait for the pool's lock.)"""
+        holds this condition in an outer frame may wait for the pool's lock.)
+        As in :meth:`_finish`, a Ctrl-C is held back over the state change
+        and the waiters' wake-ups, and the done-callbacks run even when it is
+        raised afterwards."""
         pool = self._ie_pool
         levels = pool.lock_levels()
+        changed = False
         try:
-            with self._condition:
-                if self._state != _PENDING:
-                    return False
-                with pool.lock:
-                    if self._state != _PENDING:  # (started meanwhile)
+            with defer_sigint():
+                with self._condition:
+                    if self._state != _PENDING:
                         return False
-                    self._state = _NOTIFIED
-                for waiter in self._waiters:
-                    waiter.add_cancelled(self)
-                self._condition.notify_all()
+                    with pool.lock:
+                        if self._state != _PENDING:  # (started meanwhile)
+                            return False
+                        self._state = _NOTIFIED
+                        changed = True  # (no call in between: nothing can land there)
+                    for waiter in self._waiters:
+                        waiter.add_cancelled(self)
+                    self._condition.notify_all()
         except BaseException:  # (a Ctrl-C right after an acquire: see _compat.release_if_owned)
             pool.release_leaked_locks(levels)
             raise
-        self._invoke_callbacks()
+        finally:
+            if changed:
+                self._invoke_callbacks()
         return True
 
     def set_result(self, result: Any) -> None:

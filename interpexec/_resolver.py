@@ -40,6 +40,7 @@ from ._compat import (
     os_thread_started,
     queue_count_if_open,
     queue_take,
+    start_thread_object,
 )
 from ._errors import explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PipeWaiter, PoolFuture
@@ -89,7 +90,7 @@ class Resolver(Workers):
             name = f"{self.thread_name_prefix}_resolver"
             thread = threading.Thread(target=self._resolver_loop, name=name, daemon=True)
             try:
-                thread.start()
+                start_thread_object(thread)
             finally:
                 # An exception from a signal handler other than SIGINT's (not
                 # held back) can cut start() short before the thread runs (the
@@ -507,7 +508,10 @@ class Resolver(Workers):
         # (A Ctrl-C between the two steps would leave the channels open for good.)
         with defer_sigint():
             with self.lock:
-                if self.closed or self.workers or (self.started and not self.resolver_finished):
+                # (A resolver that started counts even if the workers' start
+                # never came: a first submit cut short in between.)
+                started = self.started or self.resolver_thread is not None
+                if self.closed or self.workers or (started and not self.resolver_finished):
                     return
                 self.closed = True
             with self.collect_lock:

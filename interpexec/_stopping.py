@@ -60,6 +60,15 @@ class Stopper(Waiting):
             self.interrupt_running()
         if not started:
             if not self.forked:
+                resolver = self.resolver_thread
+                if resolver is not None:
+                    # (Its start ran, but the first submit's start of the
+                    # workers was cut short by a signal handler's exception:
+                    # with no worker it ends once woken, and closes the
+                    # channels itself.)
+                    self.wake_resolver()
+                    if wait and resolver.is_alive() and resolver is not threading.current_thread():
+                        resolver.join()
                 self.maybe_close()
             return
         self.wake_resolver()

@@ -97,7 +97,7 @@ class Worker:
         self.base_busy_ns = ctl[layout.busy_ns + slot]
 
     def start(self) -> None:
-        self.thread.start()
+        _compat.start_thread_object(self.thread)
 
     def discard(self) -> None:
         """Release what __init__ made, for a worker whose thread never started."""

@@ -2537,6 +2537,18 @@ class _InterruptedStart(threading.Thread):
         if not _InterruptedStart.fired and self.when == "before":
             _InterruptedStart.fired = True
             raise KeyboardInterrupt
+        if not _InterruptedStart.fired and self.when == "leak":
+            # As CPython's Event.wait does when the exception lands right
+            # after its Condition took the lock: kept by this thread, and the
+            # new thread blocks setting the event.
+            _InterruptedStart.fired = True
+            event = self._started
+
+            def leaky_wait(timeout=None):
+                event._cond.__enter__()
+                raise KeyboardInterrupt
+
+            event.wait = leaky_wait
         super().start()
         if not _InterruptedStart.fired:
             _InterruptedStart.fired = True
@@ -2544,12 +2556,13 @@ class _InterruptedStart(threading.Thread):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("when", ["before", "after", "leak"])
 @pytest.mark.parametrize("which", ["resolver", "worker"])
 def test_a_thread_start_cut_short_by_an_exception_leaves_one_resolver_and_no_phantom_worker(monkeypatch, which, when):
     """``Thread.start()`` waits in Python for the new thread to run, so an
     exception a signal handler raises (one the pool does not hold back, as it
-    holds back Ctrl-C) can leave it before or after the OS thread started.  The
+    holds back Ctrl-C) can leave it before or after the OS thread started, or
+    with its start event's lock kept, the new thread blocked on it for ever.  The
     pool must count the thread as it is: a resolver started anyway is the only
     one (a second start made three resolvers run at once under a signal storm),
     a worker that never started is not counted (it would never take work, nor
@@ -2607,3 +2620,34 @@ def test_a_dispatch_never_waits_for_a_pending_futures_lock_another_thread_holds(
         assert blocker.result(timeout=30) == "go"
         # (cancel() still has its meaning: a pending future is cancelled, a started one is not.)
         assert not last.cancel()
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_right_after_a_first_submit_cut_short_between_the_resolver_and_the_workers(monkeypatch):
+    """The first submit cut short by a signal handler's exception right after
+    the resolver started, before the workers: the pool is not "started", but its
+    resolver runs.  ``shutdown()`` closed the channels under it (the resolver
+    died of EBADF reading its pipe, or read a descriptor reused meanwhile);
+    now the resolver, woken, ends and closes them itself."""
+    import types
+
+    from interpexec import _resolver
+
+    monkeypatch.setattr(_InterruptedStart, "when", "after")
+    monkeypatch.setattr(_InterruptedStart, "fired", False)
+    fake = types.SimpleNamespace(**vars(threading))
+    fake.Thread = _InterruptedStart
+    monkeypatch.setattr(_resolver, "threading", fake)
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    ex = InterpreterPoolExecutor(2)
+    with pytest.raises(KeyboardInterrupt):
+        ex.submit(fh.ok, 0)
+    pool = ex._pool
+    resolver = pool.resolver_thread
+    assert resolver is not None and not pool.started
+    ex.shutdown(wait=True)
+    resolver.join(timeout=30)
+    assert not resolver.is_alive()
+    assert pool.closed and pool.resolver_finished
+    assert errors == []
