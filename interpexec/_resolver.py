@@ -89,16 +89,19 @@ class Resolver(Workers):
         if self.resolver_thread is None:
             name = f"{self.thread_name_prefix}_resolver"
             thread = threading.Thread(target=self._resolver_loop, name=name, daemon=True)
+            # Recorded first: an exception from a signal handler other than
+            # SIGINT's (not held back) can land anywhere from here on, and a
+            # resolver that runs unrecorded would have its channels closed
+            # under it by a shutdown().  Cut short before the OS thread
+            # started, start() is undone (the next start makes another); a
+            # second one started anyway leaves at once (see _resolver_loop).
+            self.resolver_thread = thread
             try:
                 start_thread_object(thread)
-            finally:
-                # An exception from a signal handler other than SIGINT's (not
-                # held back) can cut start() short before the thread runs (the
-                # next start makes another) or after (it runs: not another one;
-                # and a second one started anyway leaves at once, see
-                # _resolver_loop).
-                if self.resolver_thread is None and os_thread_started(thread):
-                    self.resolver_thread = thread
+            except BaseException:
+                if not os_thread_started(thread):
+                    self.resolver_thread = None
+                raise
         super().start_locked()
 
     # ----------------------------------------------------------- collecting
