@@ -484,6 +484,11 @@ def start_thread_object(thread: Any) -> None:
         thread.start()
     except BaseException:
         release_if_owned(started._cond._lock)  # type: ignore[attr-defined]
+        if not os_thread_started(thread):
+            # (start() takes a thread out of its "starting" table only on an
+            # Exception: cut short otherwise, it stays listed by enumerate().)
+            with threading._active_limbo_lock:  # type: ignore[attr-defined]
+                threading._limbo.pop(thread, None)  # type: ignore[attr-defined]
         raise
 
 

@@ -2593,6 +2593,7 @@ def test_a_thread_start_cut_short_by_an_exception_leaves_one_resolver_and_no_pha
     finally:
         ex.shutdown(wait=True)
     assert not [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not [t for t in threading.enumerate() if t not in before]  # (none left listed, started or not)
 
 
 @pytest.mark.timeout(60)
