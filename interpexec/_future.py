@@ -306,28 +306,22 @@ def start_running_locked(fut: Future[Any]) -> bool:
     # does it, for a Ctrl-C right after the acquire returned.)
     try:
         if cond.acquire(False):
-            state = fut._state
-            if state == _PENDING:
+            if fut._state == _PENDING:
                 fut._state = _RUNNING
                 cond.release()
                 return True
-            if state == _CANCELLED:  # (the standard cancel(): its waiters learn it now)
-                fut._state = _NOTIFIED
-                for waiter in fut._waiters:
-                    waiter.add_cancelled(fut)
             cond.release()
-            return False
+        elif fut._state == _PENDING:
+            fut._state = _RUNNING
+            return True
     except BaseException:
         while lock_level(cond) > level:
             cond.release()
         raise
-    if fut._state == _PENDING:
-        fut._state = _RUNNING
-        return True
     if fut._state != _CANCELLED:
         return False
-    # Cancelled by the standard Future.cancel() (not PoolFuture's), with the
-    # condition held elsewhere: never seen in practice; wait for it.
+    # Cancelled by the standard Future.cancel() (not PoolFuture's): never seen
+    # in practice; start_running tells its waiters.
     return start_running(fut)
 
 
