@@ -14,11 +14,11 @@ import marshal
 import os
 from concurrent.futures import _base
 
-from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_count, queue_put
+from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_put
 from ._future import PoolFuture, start_running_locked
 from ._protocol import NAMED, STOP
 from ._state import PoolState, WorkItem
-from ._transport import CELL_BYTES, SKIP_WAKEUPS
+from ._transport import CELL_BYTES, SKIP_WAKEUPS, TASKS_PUT
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class Dispatcher(PoolState):
         failed: list[tuple[WorkItem, BaseException]] = []
         if self.closed:
             return failed
-        pending, inflight = self.pending, self.inflight
+        pending, inflight, ctl = self.pending, self.inflight, self.ctl
         item: WorkItem | None = None
         try:
             while pending and len(inflight) < self.window:
@@ -70,6 +70,7 @@ class Dispatcher(PoolState):
                 # feels; in a burst the main interpreter is what is short.)
                 msg = self._in_cell(item.msg) if inflight and item.msg[1] == NAMED else item.msg
                 inflight[item.tid] = item
+                ctl[TASKS_PUT] += 1  # (counted first: see _wake_a_worker)
                 try:
                     # (A C call: no Python frame between the store and the put,
                     # where a Ctrl-C would leave the task in flight, never sent.)
@@ -96,6 +97,7 @@ class Dispatcher(PoolState):
             raise
         if self.shutdown_flag and not pending and self.stops_sent < self.active:
             for _ in range(self.active - self.stops_sent):
+                self.ctl[TASKS_PUT] += 1
                 queue_put(self.tasks.qid, (0, STOP))
                 self.stops_sent += 1
                 self._wake_a_worker(force=True)
@@ -150,6 +152,7 @@ class Dispatcher(PoolState):
             self.pending.appendleft(item)
         elif item.future._state == _base.RUNNING:
             self.inflight[item.tid] = item
+            self.ctl[TASKS_PUT] += 1
             queue_put(self.tasks.qid, item.msg)
             self._wake_a_worker(force=True)
 
@@ -171,10 +174,15 @@ class Dispatcher(PoolState):
             # a CPU from them (in a pool with more workers than CPUs).  The
             # count comes first: a worker still flagged after it is read looks
             # again after that, whereas one counted on a flag read first may
-            # have spent its look on a task taken before the count.
-            queued = queue_count(self.tasks.qid)
-            if control.count(1, self.spin_lo, self.spin_hi) >= queued:
-                return
+            # have spent its look on a task taken before the count.  (The
+            # queue is counted from the control block: tasks put, each counted
+            # before its put, less tasks taken, each counted after its take,
+            # so never fewer than are queued; and only when a worker lingers.)
+            if control.count(1, self.spin_lo, self.spin_hi):
+                ctl = self.ctl
+                queued = ctl[TASKS_PUT] - sum(ctl[self.taken_lo : self.taken_hi])
+                if control.count(1, self.spin_lo, self.spin_hi) >= queued:
+                    return
             if sleepers <= self.task_written - sum(self.ctl[self.task_read_lo : self.task_read_hi]):
                 return
         self.task_written += 1

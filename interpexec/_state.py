@@ -180,6 +180,7 @@ class PoolState:
         self.asleep_lo, self.asleep_hi = 8 * self.layout.asleep, 8 * self.layout.task_read
         self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written
         self.spin_lo, self.spin_hi = 8 * self.layout.spinning, 8 * (self.layout.spinning + self.layout.slots)
+        self.taken_lo, self.taken_hi = self.layout.task_taken, self.layout.task_taken + self.layout.slots
         self.task_written = 0
         # Call cells (see _transport): the task id that owns each, 0 when free.
         self.cell_owner = [0] * self.layout.ncells

@@ -29,7 +29,7 @@ from . import _compat, _queue, _sigint, _wakeup
 from ._future import PoolFuture
 from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
-from ._transport import PARK
+from ._transport import PARK, TASKS_PUT
 from ._waiting import Waiting
 from ._wakeup import notify
 
@@ -135,6 +135,7 @@ class Stopper(Waiting):
         # Take back what no worker has started yet.
         with self.lock:
             queued = self.tasks.drain() if self.started and not self.closed else []
+            self.ctl[TASKS_PUT] -= len(queued)  # (no worker took them: see _wake_a_worker)
             # (A task sent as its bare id: no worker will read its call cell now.
             # Task ids start at 1; a STOP is (0, STOP).)
             tids = [msg if type(msg) is int else msg[0] for msg in queued]

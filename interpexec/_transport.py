@@ -381,7 +381,8 @@ COLLECTOR_ASLEEP = 0
 COLLECTOR_READ = 1
 PARK = 2
 WORKERS = 3  # the pool's max_workers (read by workers to size their idle spin)
-_FIXED = 4
+TASKS_PUT = 4  # tasks the dispatcher put (what a lingering worker watches)
+_FIXED = 5
 #: A call cell: a task's message, marshalled (its first item is the task id;
 #: marshal ignores what follows it, an older message's end).
 CELL_WORDS = 32
@@ -410,6 +411,7 @@ class ControlLayout:
         "spinning",
         "stop_tids",
         "task_read",
+        "task_taken",
         "tasks_done",
         "waiter_fds",
         "waiter_tids",
@@ -427,9 +429,10 @@ class ControlLayout:
         self.waiter_tids = self.waiter_fds + nslots
         self.stop_tids = self.waiter_tids + nslots
         self.spinning = self.stop_tids + nslots
+        self.task_taken = self.spinning + slots
         # Call cells: a power of two, at least twice the window (the most tasks
         # in flight, max(2 * max_workers, 8) for slots = 2 * max_workers + 4),
         # so that a task id's cell is nearly always free when it is dispatched.
         self.ncells = min(NCELLS_MAX, 1 << (2 * slots - 1).bit_length())
-        self.cells = self.spinning + slots
+        self.cells = self.task_taken + slots
         self.size = self.cells + self.ncells * CELL_WORDS

@@ -56,6 +56,7 @@ from ._transport import (
     SAME_ARG,
     SAME_ARG_MIN,
     SKIP_WAKEUPS,
+    TASKS_PUT,
     WORKERS,
     Channel,
     ControlLayout,
@@ -311,7 +312,7 @@ def _serve(
     written_lo, written_hi = layout.result_written, layout.result_written + layout.slots
     waiter_fds, waiter_tids, nslots = layout.waiter_fds, layout.waiter_tids, layout.nslots
     empty: Any = object()
-    get = tasks.get_nowait
+    get = _compat.queue_get_counted
     put = _compat.queue_put
     task_rfd = tasks.rfd
     result_qid = results.qid
@@ -327,6 +328,8 @@ def _serve(
     spin_cap = cpus if ctl[WORKERS] > cpus else 0
     spin = 0 if spin_cap else SPIN  # (lingering for a waiter, below: not when over-subscribed)
     spinning = layout.spinning + index
+    taken = layout.task_taken + index
+    taken_lo, taken_hi = layout.task_taken, layout.task_taken + layout.slots
     spin_lo, spin_hi = layout.spinning, layout.spinning + layout.slots
     idle_timeout = settings.idle_timeout
     idle_until = 0.0  # when an idle worker leaves (0.0: not idle yet)
@@ -358,26 +361,36 @@ def _serve(
     while True:
         # (Count first: a get from an empty queue makes CPython import its queue
         # wrapper module, which costs a 3.13 worker 35 ms and can fail.)
-        msg = get(empty) if count(task_qid) else empty
+        msg = get(task_qid, empty) if count(task_qid) else empty
         if msg is empty and (not spin_cap or sum(ctl[spin_lo:spin_hi]) < spin_cap):
             # Linger briefly before sleeping: waking a sleeping thread costs the
             # waker more than a whole no-op task, so in a burst of submits a worker
             # that sleeps after every task halves the pool's throughput.  Bounded,
             # yields the CPU at every step, then blocks on the pipe as usual.
+            # It calls into the queue (whose registry's mutex every
+            # interpreter's queue calls share) only when the control block's
+            # counters (tasks put, less tasks taken) say a task may wait.
             ctl[spinning] = 1
+            seen = -1  # (the count of tasks put when every task put was taken)
             for _ in range(SPIN):
-                if count(task_qid):
-                    # (Cleared before the get: a dispatcher that saw this worker
-                    # lingering counts on its taking one more task.)
-                    ctl[spinning] = 0
-                    msg = get(empty)
-                    break
+                put_count = ctl[TASKS_PUT]
+                if put_count != seen:
+                    if count(task_qid):
+                        # (Cleared before the get: a dispatcher that saw this worker
+                        # lingering counts on its taking one more task.)
+                        ctl[spinning] = 0
+                        msg = get(task_qid, empty)
+                        break
+                    if put_count <= sum(ctl[taken_lo:taken_hi]):
+                        # (A put is counted before it is made: until it was
+                        # taken, the queue is looked at again.)
+                        seen = put_count
                 yield_cpu()
             ctl[spinning] = 0
         if msg is empty:
             # Publish "asleep", look once more, then block on the pipe.
             ctl[asleep] = 1
-            msg = get(empty) if count(task_qid) else empty
+            msg = get(task_qid, empty) if count(task_qid) else empty
             if msg is empty:
                 if ctl[PARK]:
                     ctl[asleep] = 0
@@ -400,6 +413,7 @@ def _serve(
                 ctl[asleep] = 0
                 continue
             ctl[asleep] = 0
+        ctl[taken] += 1
         if type(msg) is int:  # a task sent as its id: its message is in its call cell
             tid = msg
             at = cells_at + (tid & cell_mask) * CELL_BYTES
