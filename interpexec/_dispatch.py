@@ -82,6 +82,7 @@ class Dispatcher(PoolState):
                         # caller's (handled below as a Ctrl-C would be).
                         raise
                     del inflight[item.tid]
+                    ctl[TASKS_PUT] -= 1  # (never put)
                     failed.append((item, exc))
                     item = None
                     continue

@@ -135,7 +135,11 @@ class Stopper(Waiting):
         # Take back what no worker has started yet.
         with self.lock:
             queued = self.tasks.drain() if self.started and not self.closed else []
-            self.ctl[TASKS_PUT] -= len(queued)  # (no worker took them: see _wake_a_worker)
+            # No worker took them (see _wake_a_worker).  (No call between the
+            # read and the write: a signal handler that dispatches cannot run
+            # in between and have its count overwritten.)
+            drained = len(queued)
+            self.ctl[TASKS_PUT] -= drained
             # (A task sent as its bare id: no worker will read its call cell now.
             # Task ids start at 1; a STOP is (0, STOP).)
             tids = [msg if type(msg) is int else msg[0] for msg in queued]
