@@ -351,6 +351,14 @@ def queue_get(qid: int, default: Any = None) -> Any:
     of milliseconds and a few MB in every worker the first time it goes idle."""
     if not _interpqueues.get_count(qid):
         return default
+    return queue_get_counted(qid, default)
+
+
+def queue_get_counted(qid: int, default: Any = None) -> Any:
+    """:func:`queue_get` for a caller that has just found the queue not empty:
+    no second count (every call into the queue module takes its registry's
+    mutex, which all interpreters share).  Another taker may have emptied it
+    since."""
     try:
         return _interpqueues.get(qid)[0]
     except _queue.Empty:
@@ -359,21 +367,6 @@ def queue_get(qid: int, default: Any = None) -> Any:
         # The C module raises the stdlib wrapper's QueueEmpty, importing that wrapper
         # on first use; where it cannot (a Python without the test package on 3.13)
         # another error comes out.  Tell emptiness from real errors by the count.
-        if _interpqueues.get_count(qid) == 0:
-            return default
-        raise
-
-
-def queue_get_counted(qid: int, default: Any = None) -> Any:
-    """:func:`queue_get` for a caller that has just found the queue not empty:
-    no second count (every call into the queue module takes its registry's
-    mutex, which all interpreters share).  Another taker may still have emptied
-    it since: that is told apart as :func:`queue_get` does."""
-    try:
-        return _interpqueues.get(qid)[0]
-    except _queue.Empty:
-        return default
-    except Exception:
         if _interpqueues.get_count(qid) == 0:
             return default
         raise

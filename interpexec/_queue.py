@@ -222,7 +222,7 @@ class Queue:
         if _release_due:
             release_kept()  # (before the take: a Ctrl-C meanwhile loses no item)
         began = _serial
-        item = _compat.queue_get(qid, _EMPTY) if _compat.queue_count(qid) else _EMPTY
+        item = _compat.queue_get_counted(qid, _EMPTY) if _compat.queue_count(qid) else _EMPTY
         if item is _EMPTY:
             if not block:
                 raise Empty
@@ -243,7 +243,7 @@ class Queue:
                 woke = True
                 drain(rfd)
                 if _compat.queue_count(qid):
-                    item = _compat.queue_get(qid, _EMPTY)
+                    item = _compat.queue_get_counted(qid, _EMPTY)
                     if item is not _EMPTY:
                         return item
         finally:
