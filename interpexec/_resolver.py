@@ -301,7 +301,11 @@ class Resolver(Workers):
             self._event(msg[2], msg[3], msg[4])
             return
         inflight = self.inflight
-        item = self.unsettled.get(tid) or inflight.get(tid)
+        # In flight first: another thread moving the task out of the window
+        # (_leave_window: into unsettled, then out of inflight) between the two
+        # lookups made the other order find it in neither, and the result was
+        # dropped as a late report (its future running for ever).
+        item = inflight.get(tid) or self.unsettled.get(tid)
         if item is None:
             return  # cancelled, timed out or interrupted earlier: a late report
         fut = item.future

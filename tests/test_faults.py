@@ -1552,6 +1552,47 @@ def test_bare_task_ids_wherever_a_collect_finds_them_resolve_their_futures_to_no
 
 
 @pytest.mark.timeout(60)
+def test_a_result_delivered_while_another_thread_moves_its_task_out_of_the_window_resolves():
+    """BUG (found by the signal-storm test in CI on 3.13.0, where it lost a
+    result in about one 6-second run in three; not about signals): a thread
+    delivering a result looked its task up in ``unsettled``, then in
+    ``inflight``, while the resolver, having taken that result off the queue,
+    moved the task out of the window (into ``unsettled``, then out of
+    ``inflight``).  A move between the two lookups made the task found in
+    neither: the result was dropped as a late report, and its future stayed
+    running for ever.  The move is made to happen exactly there."""
+    from interpexec import _compat
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        with _resolver_held_busy(ex):
+            fut = ex.submit(fh.ok, 7)
+            tid = fut._ie_tid
+            _until(lambda: _compat.queue_count(pool.results.qid) >= 1, "the result queued")
+            _compat.queue_take(pool.results.qid, 1, pool.inbox)
+
+            class MovedRightAfterALookup(dict):
+                """``unsettled``, with the resolver's move of the task out of the
+                window (as in _leave_window) right after a lookup of it."""
+
+                def get(self, key, default=None):
+                    found = super().get(key, default)
+                    if key == tid and key in pool.inflight:
+                        self[key] = pool.inflight[key]
+                        del pool.inflight[key]
+                    return found
+
+            pool.unsettled = MovedRightAfterALookup(pool.unsettled)
+            try:
+                pool.collect()
+            finally:
+                pool.unsettled = dict(pool.unsettled)
+            assert fut.result(timeout=5) == 7
+            assert tid not in pool.inflight and tid not in pool.unsettled
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", ["taking results off the queue", "delivering them"])
 def test_a_signal_handler_collecting_inside_the_main_threads_own_collect(where, monkeypatch):
     """A signal handler (or a finalizer) that calls the pool runs a collect
