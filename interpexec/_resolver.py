@@ -129,6 +129,11 @@ class Resolver(Workers):
         # and one dispatch per batch).  A thread that delivers one of these
         # before this is done moves its task out of the window itself (_handle).
         self._leave_window(taken)
+        if final:
+            # A worker's last take delivers nothing: the resolver must.  (The
+            # worker that put a result and saw it taken wrote no wake-up, and
+            # the resolver may have looked just before this take.)
+            self.wake_resolver()
         return True
 
     def _take_queued(self) -> list[int]:

@@ -1552,6 +1552,43 @@ def test_bare_task_ids_wherever_a_collect_finds_them_resolve_their_futures_to_no
 
 
 @pytest.mark.timeout(60)
+def test_results_a_recycling_workers_last_take_moves_are_delivered_though_nobody_waits():
+    """BUG (found by this stop's hostile review, on 3.13, 3.14 and 3.15): a worker
+    whose interpreter ends (``max_tasks_per_child``) takes every result still
+    queued, any worker's, into the pool's inbox before it destroys its
+    interpreter, and delivers none of them.  The worker that had put one of
+    them, seeing it taken, wrote no wake-up ("whoever took it delivers it"),
+    and the resolver slept on: the future stayed running for ever unless
+    somebody called ``result()``.  Another thread plays the recycling worker's
+    take here, while the task's worker lingers after its put; nobody waits
+    for the future but by polling ``done()``."""
+    import time
+
+    from interpexec import _compat
+    from interpexec._transport import COLLECTOR_ASLEEP
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        _until(lambda: pool.ctl[COLLECTOR_ASLEEP] == 1, "the resolver asleep")
+        took = []
+
+        def recycling_workers_last_take():
+            deadline = time.monotonic() + 10
+            while not _compat.queue_count(pool.results.qid) and time.monotonic() < deadline:
+                pass  # (a busy look: the take must come within the worker's linger)
+            took.append(pool.take_results(final=True))
+
+        taker = threading.Thread(target=recycling_workers_last_take)
+        taker.start()
+        fut = ex.submit(fh.busy_then_value, 0.05, 7)
+        taker.join(20)
+        assert took == [True]
+        _until(fut.done, "the future resolved")
+        assert fut.result(timeout=0) == 7
+
+
+@pytest.mark.timeout(60)
 def test_a_result_delivered_while_another_thread_moves_its_task_out_of_the_window_resolves():
     """BUG (found by the signal-storm test in CI on 3.13.0, where it lost a
     result in about one 6-second run in three; not about signals): a thread
