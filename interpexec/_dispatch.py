@@ -98,8 +98,7 @@ class Dispatcher(PoolState):
             raise
         if self.shutdown_flag and not pending and self.stops_sent < self.active:
             for _ in range(self.active - self.stops_sent):
-                self.ctl[TASKS_PUT] += 1
-                queue_put(self.tasks.qid, (0, STOP))
+                self._put_task((0, STOP))
                 self.stops_sent += 1
                 self._wake_a_worker(force=True)
         return failed
@@ -153,9 +152,14 @@ class Dispatcher(PoolState):
             self.pending.appendleft(item)
         elif item.future._state == _base.RUNNING:
             self.inflight[item.tid] = item
-            self.ctl[TASKS_PUT] += 1
-            queue_put(self.tasks.qid, item.msg)
+            self._put_task(item.msg)
             self._wake_a_worker(force=True)
+
+    def _put_task(self, msg: Any) -> None:
+        """Put ``msg`` on the task channel, counted first (see _wake_a_worker).
+        (dispatch_locked's loop counts and puts inline: one C call, no frame.)"""
+        self.ctl[TASKS_PUT] += 1
+        queue_put(self.tasks.qid, msg)
 
     def window_full(self) -> bool:
         return len(self.inflight) >= self.window
@@ -165,7 +169,7 @@ class Dispatcher(PoolState):
         lingering ones will take every task queued, or every sleeping worker
         already has one coming (sleepers <= wake-up bytes written, not yet read)."""
         if SKIP_WAKEUPS and not force:
-            control = self.control
+            control, ctl = self.control, self.ctl
             sleepers = control.count(1, self.asleep_lo, self.asleep_hi)
             if not sleepers:
                 return
@@ -180,11 +184,10 @@ class Dispatcher(PoolState):
             # before its put, less tasks taken, each counted after its take,
             # so never fewer than are queued; and only when a worker lingers.)
             if control.count(1, self.spin_lo, self.spin_hi):
-                ctl = self.ctl
                 queued = ctl[TASKS_PUT] - sum(ctl[self.taken_lo : self.taken_hi])
                 if control.count(1, self.spin_lo, self.spin_hi) >= queued:
                     return
-            if sleepers <= self.task_written - sum(self.ctl[self.task_read_lo : self.task_read_hi]):
+            if sleepers <= self.task_written - sum(ctl[self.task_read_lo : self.task_read_hi]):
                 return
         self.task_written += 1
         try:
