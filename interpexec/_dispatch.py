@@ -46,6 +46,11 @@ class Dispatcher(PoolState):
             return failed
         pending, inflight, ctl = self.pending, self.inflight, self.ctl
         item: WorkItem | None = None
+        # The item on its way from ``pending`` to ``inflight`` is ``dispatching``
+        # from before it leaves the one until after it is in the other, so that
+        # release_future_locks(), which reads them without the lock, in that
+        # order, finds it.  (The outer dispatch's, when a signal handler nests one.)
+        outer = self.dispatching
         try:
             while pending and len(inflight) < self.window:
                 try:
@@ -55,14 +60,13 @@ class Dispatcher(PoolState):
                     # store, lost the item (its future pending for ever).
                     # Now it is ``item`` when popped (see the except below).
                     item = pending[0]
+                    self.dispatching = item
                     pending.popleft()
                 except IndexError:  # a nested dispatch (a signal handler calling the pool) took the rest
                     break
                 # (A cancelled future's callbacks already ran in cancel(): none run here.)
-                self.dispatching = item  # (see release_future_locks)
-                running = start_running_locked(item.future)
-                self.dispatching = None
-                if not running:
+                if not start_running_locked(item.future):
+                    self.dispatching = outer
                     item = None
                     continue
                 # (Only behind other tasks: reading a cell costs the worker a
@@ -70,6 +74,7 @@ class Dispatcher(PoolState):
                 # feels; in a burst the main interpreter is what is short.)
                 msg = self._in_cell(item.msg) if inflight and item.msg[1] == NAMED else item.msg
                 inflight[item.tid] = item
+                self.dispatching = outer
                 ctl[TASKS_PUT] += 1  # (counted first: see _wake_a_worker)
                 try:
                     # (A C call: no Python frame between the store and the put,
@@ -95,6 +100,7 @@ class Dispatcher(PoolState):
                 self._repair(item)
             else:  # (between two items: the last one's wake-up may not be written)
                 self._wake_a_worker(force=True)
+            self.dispatching = outer
             raise
         if self.shutdown_flag and not pending and self.stops_sent < self.active:
             for _ in range(self.active - self.stops_sent):

@@ -210,7 +210,7 @@ class PoolState:
         self.completed = 0
         self.start_error: Exception | None = None  # why the last worker start failed
         self.collect_lock = RLock()
-        self.dispatching: WorkItem | None = None  # the last item dispatch took from pending
+        self.dispatching: WorkItem | None = None  # the item dispatch is moving from pending to inflight
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()
@@ -257,10 +257,15 @@ class PoolState:
         resolver may hold it while it waits for such a future); copying the
         collections is atomic under the GIL.  The future dispatch is starting
         (taken from ``pending``, not yet in flight) is one of them: dispatch waits
-        for its lock while holding the pool's."""
-        items = [self.dispatching] if self.dispatching is not None else []
-        for part in (list(self.pending), list(self.inflight.values()), list(self.unsettled.values())):
-            items += part
+        for its lock while holding the pool's.  Read in the order an item goes
+        through them, each move adding it to the next before taking it from the
+        last, so an item moving meanwhile is found in one of them."""
+        items = list(self.pending)
+        dispatching = self.dispatching
+        if dispatching is not None:
+            items.append(dispatching)
+        items += list(self.inflight.values())
+        items += list(self.unsettled.values())
         for item in items:
             release_if_owned(item.future._condition)
 

@@ -2730,3 +2730,51 @@ def test_shutdown_right_after_a_first_submit_cut_short_between_the_resolver_and_
     assert not resolver.is_alive()
     assert pool.closed and pool.resolver_finished
     assert errors == []
+
+
+@pytest.mark.timeout(60)
+def test_release_future_locks_finds_the_future_dispatch_is_putting_in_a_call_cell():
+    """BUG (found by a hostile review on 3.13): ``release_future_locks()``
+    (what ``shutdown()`` and the exit do first, to free a future's lock a Ctrl-C
+    left held inside ``concurrent.futures.wait()``) looked for the future
+    dispatch was moving in ``dispatching``, ``pending`` and ``inflight``; while
+    the dispatcher wrote the task's call cell, it was in none of them, so the
+    lock stayed held and the resolver would later wait for it for ever.  The
+    dispatcher (the resolver thread, once a window slot frees) is held exactly
+    there."""
+    from interpexec import Queue
+    from interpexec._compat import lock_level
+
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        gate = Queue()
+        blocked = [ex.submit(fh.block_on_queue, gate) for _ in range(pool.window)]
+        fut = ex.submit(fh.ok, 7)
+        assert fut._state == "PENDING"  # (the window is full)
+        in_cell, go = threading.Event(), threading.Event()
+        own_in_cell = pool._in_cell
+
+        def held_in_cell(msg):
+            if msg[0] == fut._ie_tid:
+                in_cell.set()
+                go.wait(20)
+            return own_in_cell(msg)
+
+        pool._in_cell = held_in_cell
+        fut._condition.acquire()  # as a Ctrl-C inside concurrent.futures.wait() leaves it
+        try:
+            gate.put(None)  # one blocked task ends: the resolver dispatches ``fut``
+            assert in_cell.wait(20), "dispatch never reached the call cell"
+            pool.release_future_locks()
+            level = lock_level(fut._condition)
+        finally:
+            go.set()
+            while lock_level(fut._condition):
+                fut._condition.release()
+            del pool._in_cell
+            for _ in blocked[1:]:
+                gate.put(None)
+        assert level == 0
+        assert fut.result(timeout=20) == 7
+        assert [f.result(timeout=20) for f in blocked] == [None] * len(blocked)
