@@ -18,7 +18,7 @@ from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_put
 from ._future import PoolFuture, start_running_locked
 from ._protocol import NAMED, STOP
 from ._state import PoolState, WorkItem
-from ._transport import CELL_BYTES, SKIP_WAKEUPS, TASKS_PUT
+from ._transport import CELL_BYTES, COLLECTOR_ASLEEP, SKIP_WAKEUPS, TASKS_PUT
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class Dispatcher(PoolState):
     ) -> list[tuple[WorkItem, BaseException]]:
         """Queue a call whose ``msg`` already carries its task id; returns the
         items that failed to dispatch (resolve them after releasing the lock)."""
-        if self.active < self.max_workers or not self.started:
+        if self.active < self.wanted or not self.started:
             self.start_locked()
         self.pending.append(WorkItem(fut, msg, args))
         return self.dispatch_locked()
@@ -93,6 +93,8 @@ class Dispatcher(PoolState):
                     continue
                 item = None
                 self._wake_a_worker()
+                if self.wanted < self.max_workers and not self.growing and ctl[COLLECTOR_ASLEEP]:
+                    self.results.notify()  # the resolver watches this work, to grow the pool if it stalls
         except BaseException:
             # A Ctrl-C landed in the caller's thread (the main one) mid-dispatch:
             # leave the item where it belongs, so that its future still resolves.

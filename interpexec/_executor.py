@@ -299,7 +299,7 @@ class InterpreterPoolExecutor(Executor):
 
     @_releasing_locks
     def prestart(self, wait: bool = True) -> None:
-        """Start every worker now (concurrently) instead of on the first submit;
+        """Start every worker now (concurrently) instead of on demand;
         with ``wait``, return once all are ready to take tasks."""
         self._pool.prestart(wait)
 

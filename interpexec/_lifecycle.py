@@ -29,7 +29,7 @@ class Workers(Dispatcher):
     def start_locked(self) -> None:
         self.started = True
         self.start_error = None  # (only this start's failure counts: see after_start)
-        while self.active < self.max_workers and self.free_slots and self.broken is None:
+        while self.active < self.wanted and self.free_slots and self.broken is None:
             slot = self.free_slots.pop()
             try:
                 name = f"{self.thread_name_prefix}_{slot}"
@@ -90,6 +90,7 @@ class Workers(Dispatcher):
     def prestart(self, wait: bool) -> None:
         with defer_sigint(), self.lock:  # (see start_locked)
             self.check_usable_locked()
+            self.wanted = self.max_workers
             self.start_locked()
         self.after_start()
         with self.lock:
@@ -119,6 +120,8 @@ class Workers(Dispatcher):
             self.ready_slots.discard(worker.slot)
             if not worker.retired:
                 self.active -= 1
+                if how == "idle" and self.wanted > self.base_workers:
+                    self.wanted -= 1  # (grown for work that has gone: on demand again)
             if how == "stop":
                 # (a worker retired just after its last check may still take a STOP
                 # meant for another: dispatch below sends a new one if so)
@@ -127,7 +130,7 @@ class Workers(Dispatcher):
                 (how in ("idle", "retired") or worker.retired)
                 and (self.inflight or self.pending)
                 and self.broken is None
-                and self.active < self.max_workers
+                and self.active < self.wanted
             ):
                 # Work arrived as it left; or a retired worker's slot is free at
                 # last (every slot held by retired workers, none could start); or

@@ -25,8 +25,10 @@ only after everything it took off the queue has been delivered.
 from __future__ import annotations
 
 import os
+import select
 import sys
 import threading
+import time
 import traceback
 from concurrent.futures import _base
 from itertools import islice, repeat
@@ -66,12 +68,19 @@ from ._transport import (
     LENT,
     NATIVE,
     SAME_ARG,
+    TASKS_PUT,
     decode,
     materialize,
 )
 from ._wakeup import close_free, notify
 
 _first = itemgetter(0)
+
+#: How long queued work waits, no worker taking a task, before the pool starts
+#: more workers (while fewer than max_workers are started; see _wait_or_grow).
+GROW_AFTER_MS = 10
+#: How long a worker still starting counts as about to take a queued call.
+START_PATIENCE = 0.5
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -482,12 +491,17 @@ class Resolver(Workers):
             self.resolver_ident = threading.get_ident()
             self.resolver_thread = threading.current_thread()
         rfd, ctl = self.results.rfd, self.ctl
+        poller = select.poll()
+        poller.register(rfd, select.POLLIN)
         while True:
             if not self.collect():
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
                 if not self.collect():
-                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+                    if self.wanted < self.max_workers and (self.inflight or self.pending):
+                        self._wait_or_grow(poller, rfd)
+                    else:
+                        ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                 ctl[COLLECTOR_ASLEEP] = 0
             with self.lock:
                 # Retired workers (stuck in C, or waiting for threads) are not
@@ -506,6 +520,67 @@ class Resolver(Workers):
         with self.lock:
             self.resolver_finished = True
         self.maybe_close()
+
+    # ------------------------------------------------------ growing the pool
+    # Past its CPUs, a pool's workers start only when the work needs them: when
+    # queued work has waited GROW_AFTER without any worker taking a task (the
+    # started ones are all blocked, or busy with long calls).  Never sooner, so
+    # that short calls, which the workers already started keep up with, do not
+    # pay for interpreters that would only share the same CPUs (each one's
+    # start costs milliseconds of CPU, and more workers than CPUs cost every
+    # call more wake-ups).  The resolver watches while work is in the window
+    # (the dispatcher wakes it if it slept without a deadline), so a call that
+    # needs another worker (one the running ones wait for) gets it.
+    def _wait_or_grow(self, poller: select.poll, rfd: int) -> None:
+        ctl = self.ctl
+        taken = sum(ctl[self.taken_lo : self.taken_hi])
+        self.growing = True
+        try:
+            ready = poller.poll(GROW_AFTER_MS)
+        finally:
+            self.growing = False
+        if ready:
+            ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+        else:
+            self.grow_if_stalled(taken)
+
+    def grow_if_stalled(self, taken: int) -> None:
+        """Start more workers if work is queued, no worker has taken a task since
+        the count of tasks taken was ``taken``, and no worker is starting (see
+        _starting_locked): as many again as are kept, at most one per call queued."""
+        ctl = self.ctl
+        with self.lock:
+            if (
+                self.broken is not None
+                or self.closed
+                or self.parking
+                or self.forked
+                or self.active < self.wanted  # (a start on its way, or one that failed: enqueue retries)
+                or self.wanted >= self.max_workers
+                or sum(ctl[self.taken_lo : self.taken_hi]) != taken
+                or self._starting_locked()
+            ):
+                return
+            # Calls not taken: those on the task queue (less the STOPs on it) and
+            # those waiting for the window.
+            queued = ctl[TASKS_PUT] - taken - self.stops_sent + len(self.pending)
+            if queued <= 0:
+                return
+            self.wanted += min(queued, self.max_workers - self.wanted, self.wanted)
+            self.start_locked()
+            failed = self.dispatch_locked()  # (after a shutdown(): the new workers' STOPs)
+        self.fail_items(failed)
+        self.after_start()
+
+    def _starting_locked(self) -> bool:
+        """Whether a worker is still starting (it takes a call once ready), for
+        at most START_PATIENCE: one whose start takes longer (an initializer
+        that hangs) is not waited for."""
+        now = time.monotonic()
+        ready = self.ready_slots
+        return any(
+            slot not in ready and now - w.born < START_PATIENCE for slot, w in self.workers.items() if not w.retired
+        )
 
     def maybe_close(self) -> None:
         """Close the channels once nothing can write to them any more: the

@@ -200,6 +200,12 @@ class PoolState:
         self.workers: dict[int, Worker] = {}  # by slot; includes retired ones still running
         self.free_slots = list(range(self.layout.slots - 1, -1, -1))
         self.active = 0  # workers that take tasks
+        # Workers start on demand, as many as there are CPUs at first (or
+        # max_workers if fewer); the pool grows past that only once queued work
+        # has waited without any worker taking a task (see Resolver.grow_if_stalled).
+        self.base_workers = min(max_workers, os.process_cpu_count() or 1)
+        self.wanted = self.base_workers  # the workers the pool keeps started
+        self.growing = False  # the resolver waits with a deadline, to grow the pool
         self.ready_slots: set[int] = set()
         self.warned_interps: set[int] = set()  # (threads left: said once each, see Workers.retire)
         self.started = False

@@ -39,3 +39,82 @@ def test_calls_that_must_run_together_each_get_a_worker(workers):
                 release.put(round_no)
             assert [f.result(timeout=15) for f in gated] == [round_no] * together
             assert [f.result(timeout=15) for f in burst] == [None] * len(burst)
+
+
+# Workers start on demand: up to the CPUs at once, past them only when queued
+# calls wait with no worker taking any (see Resolver.grow_if_stalled).  The CPU
+# count is set to 2 here, so the figures do not depend on the machine.
+
+
+@pytest.fixture
+def two_cpus(monkeypatch):
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 2)
+
+
+def _workers(pool):
+    return len([w for w in pool.stats()["workers"] if not w["retired"]])
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_larger_than_the_cpus_starts_only_what_its_work_needs(two_cpus):
+    started, release = interpexec.Queue(), interpexec.Queue()
+    with interpexec.InterpreterPoolExecutor(6) as pool:
+        assert _workers(pool) == 0  # (nothing before the first submit)
+        assert pool.submit(wh.noop).result(timeout=15) is None
+        assert _workers(pool) == 2
+        # Two calls that hold their workers: nothing is queued, nothing grows.
+        held = [pool.submit(wh.rendezvous, started, release, i) for i in range(2)]
+        assert sorted(started.get(timeout=15) for _ in range(2)) == [0, 1]
+        assert _workers(pool) == 2
+        # Three more, which only run on workers of their own: the pool grows.
+        held += [pool.submit(wh.rendezvous, started, release, i) for i in range(2, 5)]
+        assert sorted(started.get(timeout=15) for _ in range(3)) == [2, 3, 4]
+        assert 5 <= _workers(pool) <= 6
+        for i in range(5):
+            release.put(i)
+        assert sorted(f.result(timeout=15) for f in held) == list(range(5))
+        pool.prestart()  # starts every worker
+        assert _workers(pool) == 6
+
+
+@pytest.mark.timeout(60)
+def test_calls_queued_at_shutdown_that_need_more_workers_get_them(two_cpus):
+    """shutdown(wait=True) waits for queued calls: they still get the workers
+    they need (and those workers their STOPs)."""
+    started, release = interpexec.Queue(), interpexec.Queue()
+    pool = interpexec.InterpreterPoolExecutor(5)
+    gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(5)]
+
+    def release_once_all_started():
+        seen = sorted(started.get(timeout=20) for _ in range(5))
+        for _ in seen:
+            release.put(len(seen))
+
+    import threading
+
+    releaser = threading.Thread(target=release_once_all_started)
+    releaser.start()
+    pool.shutdown(wait=True)
+    releaser.join(20)
+    assert [f.result(timeout=0) for f in gated] == [5] * 5
+    assert _workers(pool) == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_initializer_hangs_does_not_keep_the_pool_from_growing(two_cpus):
+    """A starting worker counts as one about to take a queued call, but only for
+    a while: calls that need more workers than the rest get them even though
+    one worker's initializer never ends."""
+    tokens, gate = interpexec.Queue(), interpexec.Queue()
+    tokens.put(1)
+    started, release = interpexec.Queue(), interpexec.Queue()
+    with interpexec.InterpreterPoolExecutor(4, initializer=wh.one_hangs, initargs=(tokens, gate)) as pool:
+        try:
+            gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(2)]
+            assert sorted(started.get(timeout=20) for _ in range(2)) == [0, 1]
+            for i in range(2):
+                release.put(i)
+            assert sorted(f.result(timeout=15) for f in gated) == [0, 1]
+            assert tokens.qsize() == 0  # (one initializer did take the token: it still hangs)
+        finally:
+            gate.put(None)

@@ -11,3 +11,14 @@ def rendezvous(started, release, index):
     """Say it started, then hold its worker until released (or 20 s pass)."""
     started.put(index)
     return release.get(timeout=20)
+
+
+def one_hangs(tokens, gate):
+    """An initializer: the first worker to run it hangs until ``gate`` gets an item."""
+    import queue
+
+    try:
+        tokens.get_nowait()
+    except queue.Empty:
+        return
+    gate.get(timeout=30)
