@@ -81,6 +81,11 @@ _first = itemgetter(0)
 GROW_AFTER_MS = 10
 #: How long a worker still starting counts as about to take a queued call.
 START_PATIENCE = 0.5
+#: While the process uses at least BUSY_SHARE of its CPUs, queued work waits
+#: this long with no task taken before the pool grows (more workers would only
+#: share those CPUs; see _wait_or_grow).
+GROW_AFTER_BUSY = 0.5
+BUSY_SHARE = 0.8
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -528,12 +533,19 @@ class Resolver(Workers):
     # that short calls, which the workers already started keep up with, do not
     # pay for interpreters that would only share the same CPUs (each one's
     # start costs milliseconds of CPU, and more workers than CPUs cost every
-    # call more wake-ups).  The resolver watches while work is in the window
-    # (the dispatcher wakes it if it slept without a deadline), so a call that
-    # needs another worker (one the running ones wait for) gets it.
+    # call more wake-ups).  While the process keeps its CPUs busy, the wait is
+    # GROW_AFTER_BUSY instead: more workers would only share them, but a call
+    # that another spins waiting for still gets one.  The resolver watches
+    # while work is in the window (the dispatcher wakes it if it slept without
+    # a deadline), so a call that needs another worker (one the running ones
+    # wait for) gets it.
     def _wait_or_grow(self, poller: select.poll, rfd: int) -> None:
         ctl = self.ctl
         taken = sum(ctl[self.taken_lo : self.taken_hi])
+        now = time.monotonic()
+        if taken != self.stall[0]:
+            self.stall = (taken, now)  # (since when no task was taken)
+        cpu = time.process_time()
         self.growing = True
         try:
             ready = poller.poll(GROW_AFTER_MS)
@@ -541,7 +553,9 @@ class Resolver(Workers):
             self.growing = False
         if ready:
             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
-        else:
+            return
+        busy = time.process_time() - cpu >= BUSY_SHARE * self.cpus * (time.monotonic() - now)
+        if time.monotonic() - self.stall[1] >= (GROW_AFTER_BUSY if busy else 0.0):
             self.grow_if_stalled(taken)
 
     def grow_if_stalled(self, taken: int) -> None:

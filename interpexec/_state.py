@@ -203,9 +203,11 @@ class PoolState:
         # Workers start on demand, as many as there are CPUs at first (or
         # max_workers if fewer); the pool grows past that only once queued work
         # has waited without any worker taking a task (see Resolver.grow_if_stalled).
-        self.base_workers = min(max_workers, os.process_cpu_count() or 1)
+        self.cpus = os.process_cpu_count() or 1
+        self.base_workers = min(max_workers, self.cpus)
         self.wanted = self.base_workers  # the workers the pool keeps started
         self.growing = False  # the resolver waits with a deadline, to grow the pool
+        self.stall = (-1, 0.0)  # (tasks taken, since when): see Resolver._wait_or_grow
         self.ready_slots: set[int] = set()
         self.warned_interps: set[int] = set()  # (threads left: said once each, see Workers.retire)
         self.started = False
