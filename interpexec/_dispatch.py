@@ -169,6 +169,12 @@ class Dispatcher(PoolState):
         self.ctl[TASKS_PUT] += 1
         queue_put(self.tasks.qid, msg)
 
+    def calls_queued_locked(self) -> int:
+        """Calls not taken by any worker yet: those on the task queue (tasks put
+        less tasks taken less the STOPs on it) and those waiting for the window."""
+        ctl = self.ctl
+        return ctl[TASKS_PUT] - sum(ctl[self.taken_lo : self.taken_hi]) - self.stops_sent + len(self.pending)
+
     def window_full(self) -> bool:
         return len(self.inflight) >= self.window
 

@@ -68,7 +68,6 @@ from ._transport import (
     LENT,
     NATIVE,
     SAME_ARG,
-    TASKS_PUT,
     decode,
     materialize,
 )
@@ -575,9 +574,7 @@ class Resolver(Workers):
                 or self._starting_locked()
             ):
                 return
-            # Calls not taken: those on the task queue (less the STOPs on it) and
-            # those waiting for the window.
-            queued = ctl[TASKS_PUT] - taken - self.stops_sent + len(self.pending)
+            queued = self.calls_queued_locked()
             if queued <= 0:
                 return
             self.wanted += min(queued, self.max_workers - self.wanted, self.wanted)

@@ -165,9 +165,20 @@ class Stopper(Waiting):
     # ------------------------------------------------------------ os.fork()
     def park(self, timeout: float) -> bool:
         """Ask every worker to destroy its interpreter; True once none is left."""
+        deadline = time.monotonic() + timeout
         with self.lock:
             if self.forked or not self.started or self.closed:
                 return True
+            # Workers finish their calls before they park; a call queued in a
+            # pool not yet grown to max_workers may be what they wait for.  It
+            # gets a worker first, as it would have with every worker started.
+            queued = self.calls_queued_locked()
+            if queued > 0 and self.wanted < self.max_workers and self.broken is None:
+                self.wanted = min(self.max_workers, self.active + queued)
+                self.start_locked()
+                ready_by = min(deadline, time.monotonic() + FORK_START_WAIT)
+                while not self._all_ready_locked() and (left := ready_by - time.monotonic()) > 0:
+                    self.ready.wait(left)
             self.parking = True
             self.ctl[PARK] = 1
             for _ in [w for w in self.workers.values() if w.in_interp]:
@@ -175,7 +186,6 @@ class Stopper(Waiting):
                     os.write(self.tasks.wfd, b"\0")  # wake the sleepers; they see PARK
                 except OSError:
                     break
-        deadline = time.monotonic() + timeout
         with self.lock:
             while any(w.in_interp for w in self.workers.values()):
                 left = deadline - time.monotonic()
@@ -350,6 +360,8 @@ else:  # (no guard: before stays None, and the old way is taken)
 
 #: How long os.fork() waits for running tasks to finish before forking anyway.
 FORK_PARK_TIMEOUT = 30.0
+#: How long a fork waits for the workers it starts for queued calls (see park).
+FORK_START_WAIT = 5.0
 
 
 def _before_fork() -> None:
