@@ -78,6 +78,8 @@ _first = itemgetter(0)
 #: How long queued work waits, no worker taking a task, before the pool starts
 #: more workers (while fewer than max_workers are started; see _wait_or_grow).
 GROW_AFTER_MS = 10
+#: The longest deadline while calls run and none is queued (see grow_deadline).
+GROW_WAIT_MAX_MS = 160
 #: How long a worker still starting counts as about to take a queued call.
 START_PATIENCE = 0.5
 #: While the process uses at least BUSY_SHARE of its CPUs, queued work waits
@@ -505,6 +507,7 @@ class Resolver(Workers):
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
                         self._wait_or_grow(poller, rfd)
                     else:
+                        self.grow_wait_ms = GROW_AFTER_MS
                         ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                 ctl[COLLECTOR_ASLEEP] = 0
             with self.lock:
@@ -539,22 +542,38 @@ class Resolver(Workers):
     # a deadline), so a call that needs another worker (one the running ones
     # wait for) gets it.
     def _wait_or_grow(self, poller: select.poll, rfd: int) -> None:
-        ctl = self.ctl
-        taken = sum(ctl[self.taken_lo : self.taken_hi])
-        now = time.monotonic()
-        if taken != self.stall[0]:
-            self.stall = (taken, now)  # (since when no task was taken)
-        cpu = time.process_time()
+        at = self.grow_watch()
         self.growing = True
         try:
-            ready = poller.poll(GROW_AFTER_MS)
+            ready = poller.poll(self.grow_wait_ms)
         finally:
             self.growing = False
         if ready:
-            ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+            self.ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+        else:
+            self.grow_deadline(at)
+
+    def grow_watch(self) -> tuple[int, float, float]:
+        """Before a wait with a deadline of ``grow_wait_ms``: what grow_deadline needs."""
+        taken = sum(self.ctl[self.taken_lo : self.taken_hi])
+        now = time.monotonic()
+        if taken != self.stall[0]:
+            self.stall = (taken, now)  # (since when no task was taken)
+        return taken, now, time.process_time()
+
+    def grow_deadline(self, at: tuple[int, float, float]) -> None:
+        """A deadline passed with no result: grow the pool if its work stalls.
+        With no call queued, the next deadline is twice as far (up to
+        GROW_WAIT_MAX_MS): running calls with nothing behind them cost few
+        wake-ups, and a call queued meanwhile waits at most that long."""
+        taken, since, cpu = at
+        if self.calls_queued_locked() <= 0:  # (a hint: read without the lock)
+            self.grow_wait_ms = min(2 * self.grow_wait_ms, GROW_WAIT_MAX_MS)
             return
-        busy = time.process_time() - cpu >= BUSY_SHARE * self.cpus * (time.monotonic() - now)
-        if time.monotonic() - self.stall[1] >= (GROW_AFTER_BUSY if busy else 0.0):
+        self.grow_wait_ms = GROW_AFTER_MS
+        now = time.monotonic()
+        busy = time.process_time() - cpu >= BUSY_SHARE * self.cpus * (now - since)
+        if now - self.stall[1] >= (GROW_AFTER_BUSY if busy else 0.0):
             self.grow_if_stalled(taken)
 
     def grow_if_stalled(self, taken: int) -> None:

@@ -207,7 +207,8 @@ class PoolState:
         self.base_workers = min(max_workers, self.cpus)
         self.wanted = self.base_workers  # the workers the pool keeps started
         self.growing = False  # the resolver waits with a deadline, to grow the pool
-        self.stall = (-1, 0.0)  # (tasks taken, since when): see Resolver._wait_or_grow
+        self.stall = (-1, 0.0)  # (tasks taken, since when): see Resolver.grow_watch
+        self.grow_wait_ms = 10  # the resolver's next deadline (see Resolver.grow_deadline)
         self.ready_slots: set[int] = set()
         self.warned_interps: set[int] = set()  # (threads left: said once each, see Workers.retire)
         self.started = False

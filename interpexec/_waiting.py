@@ -226,7 +226,20 @@ class Waiting(Resolver):
             try:
                 if self.collect():
                     continue
-                if not wait(rfd, deadline):
+                if self.wanted < self.max_workers and (self.inflight or self.pending):
+                    # (It stands in for the resolver: it grows the pool too.)
+                    at = self.grow_watch()
+                    step = at[1] + self.grow_wait_ms / 1000
+                    if deadline is None or step < deadline:
+                        self.growing = True
+                        try:
+                            readable = wait(rfd, step)
+                        finally:
+                            self.growing = False
+                        if not readable:
+                            self.grow_deadline(at)
+                            continue
+                if not wait(rfd, deadline):  # (at once if readable)
                     return 0.0
                 ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
             finally:

@@ -118,3 +118,38 @@ def test_a_worker_whose_initializer_hangs_does_not_keep_the_pool_from_growing(tw
             assert tokens.qsize() == 0  # (one initializer did take the token: it still hangs)
         finally:
             gate.put(None)
+
+
+@pytest.mark.timeout(60)
+def test_a_done_callback_that_waits_for_calls_needing_more_workers_gets_them(two_cpus):
+    """A done-callback of a future nobody waits for runs in the resolver thread,
+    which also grows the pool: one that waits for calls that need more workers
+    (found by this stop's hostile review: they never got them, the pool stayed
+    at 2) grows it itself."""
+    import threading
+
+    started, release = interpexec.Queue(), interpexec.Queue()
+    out, done = {}, threading.Event()
+
+    def release_once_all_started():
+        seen = sorted(started.get(timeout=20) for _ in range(4))
+        for i in seen:
+            release.put(i)
+
+    releaser = threading.Thread(target=release_once_all_started)
+    releaser.start()
+    with interpexec.InterpreterPoolExecutor(4) as pool:
+
+        def callback(_):
+            out["thread"] = threading.current_thread().name
+            gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(4)]
+            try:
+                out["results"] = sorted(f.result(timeout=20) for f in gated)
+            finally:
+                done.set()
+
+        pool.submit(wh.noop).add_done_callback(callback)
+        assert done.wait(30)
+    releaser.join(20)
+    assert out["thread"].endswith("_resolver")
+    assert out["results"] == [0, 1, 2, 3]
