@@ -171,11 +171,14 @@ class Stopper(Waiting):
                 return True
             # Workers finish their calls before they park; a call queued in a
             # pool not yet grown to max_workers may be what they wait for.  It
-            # gets a worker first, as it would have with every worker started.
+            # gets a worker first, as it would have with every worker started;
+            # and workers still starting (grown just before) take theirs
+            # before they are held back from entering an interpreter.
             queued = self.calls_queued_locked()
-            if queued > 0 and self.wanted < self.max_workers and self.broken is None:
-                self.wanted = min(self.max_workers, self.active + queued)
-                self.start_locked()
+            if queued > 0 and self.broken is None:
+                if self.wanted < self.max_workers:
+                    self.wanted = min(self.max_workers, self.active + queued)
+                    self.start_locked()
                 ready_by = min(deadline, time.monotonic() + FORK_START_WAIT)
                 while not self._all_ready_locked() and (left := ready_by - time.monotonic()) > 0:
                     self.ready.wait(left)

@@ -615,30 +615,43 @@ FORK_GROW_SCRIPT = textwrap.dedent(
     """
     import os, sys, threading
     sys.path.insert(0, {root!r})
-    os.process_cpu_count = lambda: 2  # (the pool starts 2 workers of 5 at first)
+    os.process_cpu_count = lambda: 2  # (the pool starts 2 workers of 4 at first)
     import interpexec
     from tests import wake_helpers as wh
     if __name__ == "__main__":
-        started, release = interpexec.Queue(), interpexec.Queue()
-        pool = interpexec.InterpreterPoolExecutor(5)
-        pool.submit(wh.noop).result(timeout=20)
-        # Five calls that each finish only once all five have started: three
-        # are still queued, waiting for the pool to grow, when the fork comes.
-        gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(5)]
-        def release_once_all_started():
-            seen = sorted(started.get(timeout=40) for _ in range(5))
-            for _ in seen:
-                release.put(len(seen))
-        releaser = threading.Thread(target=release_once_all_started)
-        releaser.start()
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        print("child status", status, flush=True)
-        print("results", [f.result(timeout=20) for f in gated], flush=True)
-        releaser.join(20)
-        pool.shutdown()
+        # Each round forks at another moment of the pool's growth: before its
+        # deadline, while the workers it grew start ("grown": right after the
+        # resolver started them), once they run.
+        for delay in ("grown", 0.0, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05):
+            started, release = interpexec.Queue(), interpexec.Queue()
+            pool = interpexec.InterpreterPoolExecutor(4)
+            pool.submit(wh.noop).result(timeout=20)
+            grown = threading.Event()
+            def start_locked(own=pool._pool.start_locked):
+                own()
+                if threading.current_thread() is not threading.main_thread():
+                    grown.set()
+            pool._pool.start_locked = start_locked
+            # Four calls that each finish only once all four have started:
+            # two wait in the queue for the pool to grow.
+            gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(4)]
+            def release_once_all_started():
+                seen = sorted(started.get(timeout=40) for _ in range(4))
+                for _ in seen:
+                    release.put(len(seen))
+            releaser = threading.Thread(target=release_once_all_started)
+            releaser.start()
+            if delay == "grown":
+                assert grown.wait(20)
+            else:
+                threading.Event().wait(delay)
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            print("child status", status, [f.result(timeout=20) for f in gated], flush=True)
+            releaser.join(20)
+            pool.shutdown()
     """
 )
 
@@ -650,13 +663,15 @@ def test_fork_while_queued_calls_wait_for_the_pool_to_grow(tmp_path):
     calls that waited for each other, some still queued for a pool not yet grown
     to ``max_workers``, never finished: the fork went ahead after 30 s with
     interpreters alive, and the child aborted.  The queued calls now get their
-    workers before the others park."""
+    workers before the others park, and workers the pool was starting when
+    the fork came take theirs first (the second review: they were held back
+    from entering an interpreter)."""
     script = tmp_path / "fork_grow.py"
     script.write_text(FORK_GROW_SCRIPT.format(root=ROOT))
     proc = run_script("", "-W", "ignore::DeprecationWarning", str(script))
     assert proc.returncode == 0, proc.stderr
     assert "still run in subinterpreters" not in proc.stderr
-    assert proc.stdout.splitlines() == ["child status 0", "results [5, 5, 5, 5, 5]"]
+    assert proc.stdout.splitlines() == ["child status 0 [4, 4, 4, 4]"] * 8
 
 
 FORK_KEPT_SCRIPT = textwrap.dedent(
