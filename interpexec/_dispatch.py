@@ -169,6 +169,24 @@ class Dispatcher(PoolState):
         self.ctl[TASKS_PUT] += 1
         queue_put(self.tasks.qid, msg)
 
+    def take_back_queued_locked(self) -> list[int]:
+        """Take every message no worker has taken off the task channel; return
+        their task ids (their items stay in ``inflight``; STOPs are sent again
+        by the next dispatch)."""
+        queued = self.tasks.drain() if self.started and not self.closed else []
+        # No worker took them (see _wake_a_worker).  (No call between the
+        # read and the write: a signal handler that dispatches cannot run
+        # in between and have its count overwritten.)
+        drained = len(queued)
+        self.ctl[TASKS_PUT] -= drained
+        # (A task sent as its bare id: no worker will read its call cell now.
+        # Task ids start at 1; a STOP is (0, STOP).)
+        tids = [msg if type(msg) is int else msg[0] for msg in queued]
+        self.stops_sent -= tids.count(0)
+        tids = [tid for tid in tids if tid]
+        self.free_cells(tids)
+        return tids
+
     def calls_queued_locked(self) -> int:
         """Calls not taken by any worker yet: those on the task queue (tasks put
         less tasks taken less the STOPs on it) and those waiting for the window."""

@@ -120,7 +120,7 @@ class Workers(Dispatcher):
             self.ready_slots.discard(worker.slot)
             if not worker.retired:
                 self.active -= 1
-                if how == "idle" and self.wanted > self.base_workers:
+                if how == "idle" and self.wanted > self.base_workers and not (self.inflight or self.pending):
                     self.wanted -= 1  # (grown for work that has gone: on demand again)
             if how == "stop":
                 # (a worker retired just after its last check may still take a STOP
@@ -192,6 +192,9 @@ class Workers(Dispatcher):
             self.broken = message
             self.broken_cause = cause
             waiting = list(self.pending)
+            # Calls no worker has taken yet do not run: their futures fail here
+            # (as ProcessPoolExecutor's workers end with a broken pool).
+            self.take_back_queued_locked()
             doomed = list(self.inflight.values())
             self.pending.clear()
             self.inflight.clear()

@@ -29,7 +29,7 @@ from . import _compat, _queue, _sigint, _wakeup
 from ._future import PoolFuture
 from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
-from ._transport import PARK, TASKS_PUT
+from ._transport import PARK
 from ._waiting import Waiting
 from ._wakeup import notify
 
@@ -134,19 +134,7 @@ class Stopper(Waiting):
             fut.cancel()
         # Take back what no worker has started yet.
         with self.lock:
-            queued = self.tasks.drain() if self.started and not self.closed else []
-            # No worker took them (see _wake_a_worker).  (No call between the
-            # read and the write: a signal handler that dispatches cannot run
-            # in between and have its count overwritten.)
-            drained = len(queued)
-            self.ctl[TASKS_PUT] -= drained
-            # (A task sent as its bare id: no worker will read its call cell now.
-            # Task ids start at 1; a STOP is (0, STOP).)
-            tids = [msg if type(msg) is int else msg[0] for msg in queued]
-            self.stops_sent -= tids.count(0)
-            tids = [tid for tid in tids if tid]
-            self.free_cells(tids)
-            items = [self.inflight.pop(tid, None) for tid in tids]
+            items = [self.inflight.pop(tid, None) for tid in self.take_back_queued_locked()]
         for item in items:
             if item is not None:
                 item.future.force_cancel()

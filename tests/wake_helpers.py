@@ -22,3 +22,18 @@ def one_hangs(tokens, gate):
     except queue.Empty:
         return
     gate.get(timeout=30)
+
+
+def needs_a_token(tokens):
+    """An initializer that fails in every worker after those that got a token."""
+    import queue
+
+    try:
+        tokens.get_nowait()
+    except queue.Empty:
+        raise RuntimeError("no token left for this worker") from None
+
+
+def say_ran(ran, index):
+    ran.put(index)
+    return index
