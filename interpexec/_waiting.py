@@ -146,6 +146,15 @@ class Waiting(Resolver):
             wfd = watch._pipe[1] if watch._pipe else -1  # (only this thread reads the pipe)
             with watch:
                 while not watch.check():
+                    if self.wanted < self.max_workers and (self.inflight or self.pending):
+                        # (It grows the pool too: the resolver may be busy in a
+                        # callback that waits for it.)
+                        at = self.grow_watch()
+                        step = at[1] + self.grow_wait_ms / 1000
+                        if deadline is None or step < deadline:
+                            if not wait(watch.fd, step, own_wfd=wfd):
+                                self.grow_deadline(at)
+                            continue
                     if not wait(watch.fd, deadline, own_wfd=wfd):
                         return 0.0
         except BaseException:

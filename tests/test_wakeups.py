@@ -153,3 +153,65 @@ def test_a_done_callback_that_waits_for_calls_needing_more_workers_gets_them(two
     releaser.join(20)
     assert out["thread"].endswith("_resolver")
     assert out["results"] == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(60)
+def test_calls_no_worker_took_do_not_run_once_the_pool_broke(two_cpus):
+    """Found by this stop's second hostile review (likelier with workers grown
+    on demand, whose initializers run later): a pool broken by a worker's
+    failed initializer failed every future, yet its surviving workers went on
+    to run the calls still queued (and ``shutdown()`` waited for them).  The
+    calls no worker has taken are taken back when the pool breaks."""
+    tokens, started, release, ran = (interpexec.Queue() for _ in range(4))
+    tokens.put(1)
+    tokens.put(2)
+    pool = interpexec.InterpreterPoolExecutor(4, initializer=wh.needs_a_token, initargs=(tokens,))
+    try:
+        held = [pool.submit(wh.rendezvous, started, release, i) for i in range(2)]
+        assert sorted(started.get(timeout=20) for _ in range(2)) == [0, 1]
+        # Queued behind two held workers: the pool grows, and its new worker fails.
+        queued = [pool.submit(wh.say_ran, ran, i) for i in range(10)]
+        for f in queued:
+            assert isinstance(f.exception(timeout=20), interpexec.BrokenInterpreterPool)
+    finally:
+        release.put(0)
+        release.put(1)
+    pool.shutdown(wait=True)
+    assert all(isinstance(f.exception(timeout=0), interpexec.BrokenInterpreterPool) for f in held)
+    assert ran.qsize() == 0
+
+
+@pytest.mark.timeout(60)
+def test_two_pools_whose_callbacks_wait_for_each_others_calls_both_grow(two_cpus):
+    """Found by this stop's second hostile review: each pool's resolver thread,
+    busy in a done-callback waiting for calls of the other pool that need more
+    workers, could not grow its own; both rendezvous gave up.  A thread that
+    waits in ``result()`` grows the pool it waits for."""
+    import threading
+
+    out, done = {}, threading.Barrier(3)
+    with interpexec.InterpreterPoolExecutor(4) as a, interpexec.InterpreterPoolExecutor(4) as b:
+
+        def waits_for(other, name):
+            def callback(_):
+                started, release = interpexec.Queue(), interpexec.Queue()
+                gated = [other.submit(wh.rendezvous, started, release, i) for i in range(4)]
+
+                def release_once_all_started():
+                    seen = sorted(started.get(timeout=20) for _ in range(4))
+                    for i in seen:
+                        release.put(i)
+
+                threading.Thread(target=release_once_all_started, daemon=True).start()
+                try:
+                    out[name] = sorted(f.result(timeout=20) for f in gated)
+                finally:
+                    done.wait(30)
+
+            return callback
+
+        fa, fb = a.submit(wh.noop), b.submit(wh.noop)
+        fa.add_done_callback(waits_for(b, "a"))
+        fb.add_done_callback(waits_for(a, "b"))
+        done.wait(30)
+    assert out == {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]}
