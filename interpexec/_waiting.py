@@ -144,16 +144,19 @@ class Waiting(Resolver):
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             wfd = watch._pipe[1] if watch._pipe else -1  # (only this thread reads the pipe)
+            at: tuple[int, float, float] | None = None
             with watch:
                 while not watch.check():
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
-                        # (It grows the pool too: the resolver may be busy in a
-                        # callback that waits for it.)
-                        at = self.grow_watch()
-                        step = at[1] + self.grow_wait_ms / 1000
+                        # (It grows the pool too, from its first deadline on:
+                        # the resolver may be busy in a callback that waits for
+                        # it.  Nothing is measured before: a round trip is short.)
+                        step = time.monotonic() + self.grow_wait_ms / 1000
                         if deadline is None or step < deadline:
                             if not wait(watch.fd, step, own_wfd=wfd):
-                                self.grow_deadline(at)
+                                if at is not None:
+                                    self.grow_deadline(at)
+                                at = self.grow_watch()
                             continue
                     if not wait(watch.fd, deadline, own_wfd=wfd):
                         return 0.0
