@@ -579,9 +579,10 @@ class Resolver(Workers):
     def grow_if_stalled(self, taken: int) -> None:
         """Start more workers if work is queued, no worker has taken a task since
         the count of tasks taken was ``taken``, and no worker is starting (see
-        _starting_locked): as many again as are kept, at most one per call queued."""
+        _starting_locked): as many again as are kept, at most one per call queued.
+        (The main thread calls it too, waiting in ``result()``: see start_locked.)"""
         ctl = self.ctl
-        with self.lock:
+        with defer_sigint(), self.lock:
             if (
                 self.broken is not None
                 or self.closed

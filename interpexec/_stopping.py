@@ -166,7 +166,8 @@ class Stopper(Waiting):
             if queued > 0 and self.broken is None:
                 if self.wanted < self.max_workers:
                     self.wanted = min(self.max_workers, self.active + queued)
-                    self.start_locked()
+                    with _sigint.defer_sigint():  # (see start_locked)
+                        self.start_locked()
                 ready_by = min(deadline, time.monotonic() + FORK_START_WAIT)
                 while not self._all_ready_locked() and (left := ready_by - time.monotonic()) > 0:
                     self.ready.wait(left)
