@@ -635,12 +635,7 @@ FORK_GROW_SCRIPT = textwrap.dedent(
             # Four calls that each finish only once all four have started:
             # two wait in the queue for the pool to grow.
             gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(4)]
-            def release_once_all_started():
-                seen = sorted(started.get(timeout=40) for _ in range(4))
-                for _ in seen:
-                    release.put(len(seen))
-            releaser = threading.Thread(target=release_once_all_started)
-            releaser.start()
+            releaser = wh.release_once_all_started(started, release, 4, value=4)
             if delay == "grown":
                 assert grown.wait(20)
             else:

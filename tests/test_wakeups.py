@@ -84,16 +84,7 @@ def test_calls_queued_at_shutdown_that_need_more_workers_get_them(two_cpus):
     started, release = interpexec.Queue(), interpexec.Queue()
     pool = interpexec.InterpreterPoolExecutor(5)
     gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(5)]
-
-    def release_once_all_started():
-        seen = sorted(started.get(timeout=20) for _ in range(5))
-        for _ in seen:
-            release.put(len(seen))
-
-    import threading
-
-    releaser = threading.Thread(target=release_once_all_started)
-    releaser.start()
+    releaser = wh.release_once_all_started(started, release, 5, value=5)
     pool.shutdown(wait=True)
     releaser.join(20)
     assert [f.result(timeout=0) for f in gated] == [5] * 5
@@ -130,14 +121,7 @@ def test_a_done_callback_that_waits_for_calls_needing_more_workers_gets_them(two
 
     started, release = interpexec.Queue(), interpexec.Queue()
     out, done = {}, threading.Event()
-
-    def release_once_all_started():
-        seen = sorted(started.get(timeout=20) for _ in range(4))
-        for i in seen:
-            release.put(i)
-
-    releaser = threading.Thread(target=release_once_all_started)
-    releaser.start()
+    releaser = wh.release_once_all_started(started, release, 4)
     with interpexec.InterpreterPoolExecutor(4) as pool:
 
         def callback(_):
@@ -196,13 +180,7 @@ def test_two_pools_whose_callbacks_wait_for_each_others_calls_both_grow(two_cpus
             def callback(_):
                 started, release = interpexec.Queue(), interpexec.Queue()
                 gated = [other.submit(wh.rendezvous, started, release, i) for i in range(4)]
-
-                def release_once_all_started():
-                    seen = sorted(started.get(timeout=20) for _ in range(4))
-                    for i in seen:
-                        release.put(i)
-
-                threading.Thread(target=release_once_all_started, daemon=True).start()
+                wh.release_once_all_started(started, release, 4)
                 try:
                     out[name] = sorted(f.result(timeout=20) for f in gated)
                 finally:

@@ -37,3 +37,19 @@ def needs_a_token(tokens):
 def say_ran(ran, index):
     ran.put(index)
     return index
+
+
+def release_once_all_started(started, release, k, value=None):
+    """In a thread of the main interpreter: wait until ``k`` rendezvous calls
+    have started, then release them all, each with ``value`` (or the index it
+    started with).  Returns the thread, started."""
+    import threading
+
+    def run():
+        seen = sorted(started.get(timeout=40) for _ in range(k))
+        for index in seen:
+            release.put(index if value is None else value)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
