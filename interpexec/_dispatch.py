@@ -51,6 +51,8 @@ class Dispatcher(PoolState):
         # release_future_locks(), which reads them without the lock, in that
         # order, finds it.  (The outer dispatch's, when a signal handler nests one.)
         outer = self.dispatching
+        # (Below max_workers, the resolver watches dispatched work: see Resolver._wait_or_grow.)
+        nudge = self.wanted < self.max_workers
         try:
             while pending and len(inflight) < self.window:
                 try:
@@ -93,7 +95,7 @@ class Dispatcher(PoolState):
                     continue
                 item = None
                 self._wake_a_worker()
-                if self.wanted < self.max_workers and not self.growing and ctl[COLLECTOR_ASLEEP]:
+                if nudge and not self.growing and ctl[COLLECTOR_ASLEEP]:
                     self.results.notify()  # the resolver watches this work, to grow the pool if it stalls
         except BaseException:
             # A Ctrl-C landed in the caller's thread (the main one) mid-dispatch:

@@ -25,7 +25,6 @@ only after everything it took off the queue has been delivered.
 from __future__ import annotations
 
 import os
-import select
 import sys
 import threading
 import time
@@ -71,7 +70,7 @@ from ._transport import (
     decode,
     materialize,
 )
-from ._wakeup import close_free, notify
+from ._wakeup import close_free, notify, wait
 
 _first = itemgetter(0)
 
@@ -497,15 +496,14 @@ class Resolver(Workers):
             self.resolver_ident = threading.get_ident()
             self.resolver_thread = threading.current_thread()
         rfd, ctl = self.results.rfd, self.ctl
-        poller = select.poll()
-        poller.register(rfd, select.POLLIN)
         while True:
             if not self.collect():
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
                 if not self.collect():
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
-                        self._wait_or_grow(poller, rfd)
+                        if self._wait_or_grow(None):
+                            ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                     else:
                         self.grow_wait_ms = GROW_AFTER_MS
                         ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
@@ -541,17 +539,22 @@ class Resolver(Workers):
     # while work is in the window (the dispatcher wakes it if it slept without
     # a deadline), so a call that needs another worker (one the running ones
     # wait for) gets it.
-    def _wait_or_grow(self, poller: select.poll, rfd: int) -> None:
+    def _wait_or_grow(self, deadline: float | None) -> bool | None:
+        """The resolver's wait on its pipe while the pool may grow: until it is
+        readable (True), or the growth deadline passes (False: growth checked).
+        None, without waiting, when ``deadline`` comes first: the caller waits."""
         at = self.grow_watch()
+        step = at[1] + self.grow_wait_ms / 1000
+        if deadline is not None and step >= deadline:
+            return None
         self.growing = True
         try:
-            ready = poller.poll(self.grow_wait_ms)
+            readable = wait(self.results.rfd, step)
         finally:
             self.growing = False
-        if ready:
-            self.ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
-        else:
+        if not readable:
             self.grow_deadline(at)
+        return readable
 
     def grow_watch(self) -> tuple[int, float, float]:
         """Before a wait with a deadline of ``grow_wait_ms``: what grow_deadline needs."""

@@ -238,19 +238,13 @@ class Waiting(Resolver):
             try:
                 if self.collect():
                     continue
-                if self.wanted < self.max_workers and (self.inflight or self.pending):
-                    # (It stands in for the resolver: it grows the pool too.)
-                    at = self.grow_watch()
-                    step = at[1] + self.grow_wait_ms / 1000
-                    if deadline is None or step < deadline:
-                        self.growing = True
-                        try:
-                            readable = wait(rfd, step)
-                        finally:
-                            self.growing = False
-                        if not readable:
-                            self.grow_deadline(at)
-                            continue
+                # (It stands in for the resolver: it grows the pool too.)
+                if (
+                    self.wanted < self.max_workers
+                    and (self.inflight or self.pending)
+                    and self._wait_or_grow(deadline) is False
+                ):
+                    continue
                 if not wait(rfd, deadline):  # (at once if readable)
                     return 0.0
                 ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
