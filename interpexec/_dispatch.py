@@ -53,6 +53,7 @@ class Dispatcher(PoolState):
         outer = self.dispatching
         # (Below max_workers, the resolver watches dispatched work: see Resolver._wait_or_grow.)
         nudge = self.wanted < self.max_workers
+        control, asleep_lo, asleep_hi = self.control, self.asleep_lo, self.asleep_hi
         try:
             while pending and len(inflight) < self.window:
                 try:
@@ -94,7 +95,9 @@ class Dispatcher(PoolState):
                     item = None
                     continue
                 item = None
-                self._wake_a_worker()
+                # (_wake_a_worker's first test, inline: in a burst no worker sleeps.)
+                if not SKIP_WAKEUPS or control.count(1, asleep_lo, asleep_hi):
+                    self._wake_a_worker()
                 if nudge and not self.growing and ctl[COLLECTOR_ASLEEP]:
                     self.results.notify()  # the resolver watches this work, to grow the pool if it stalls
         except BaseException:

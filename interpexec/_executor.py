@@ -13,13 +13,14 @@ import time
 import weakref
 from concurrent.futures import Executor
 
-from . import _compat, _shared
+from . import _compat, _shared, _stopping
+from ._compat import lock_level
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import encode_callable
-from ._pool import Pool, exiting
+from ._pool import Pool
 from ._protocol import CALL, CHUNK, NAMED
-from ._sigint import NOT_DEFERRED, defer_sigint
+from ._sigint import defer_sigint
 from ._state import LIVE_POOLS
 from ._transport import NATIVE, encode, encode_columns, few_native_args
 
@@ -197,9 +198,10 @@ class InterpreterPoolExecutor(Executor):
         self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> Future[T]:
         pool = self._pool
-        levels = pool.lock_levels()  # (not 0 in a signal handler run inside the pool's code)
+        # (Not 0 in a signal handler run inside the pool's code.)
+        levels = lock_level(pool.lock), lock_level(pool.collect_lock)
         try:
-            if pool.window_full():
+            if len(pool.inflight) >= pool.window:
                 pool.collect()  # make room here rather than wait for the resolver
             tid = next(pool.tid)
             fut: PoolFuture[T] = PoolFuture(pool, tid, pool.interrupt_on_cancel)
@@ -209,20 +211,16 @@ class InterpreterPoolExecutor(Executor):
             except Exception as exc:  # (a KeyboardInterrupt propagates, as it should)
                 msg = None
                 error = exc
-            # Starting threads (the first submits): a Ctrl-C is held back until
-            # the lock is released (see Resolver.start_locked).
-            starting = not pool.started or pool.active < pool.max_workers
-            with defer_sigint() if starting else NOT_DEFERRED:
-                with pool.lock:
-                    pool.check_usable_locked()
-                    if exiting():
-                        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-                    if msg is not None:
-                        failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
-                if msg is not None and failed:
-                    pool.fail_items(failed)  # (outside the lock: callbacks may run)
-            if starting:
+            if not pool.started or pool.active < pool.wanted:
+                # Starting threads (the first submits, a pool below the
+                # workers it wants): a Ctrl-C is held back until the lock is
+                # released (see Resolver.start_locked), and until the futures
+                # dispatch failed are resolved.
+                with defer_sigint():
+                    _enqueue(pool, fut, msg, args, kwargs)
                 pool.after_start()  # (none could start: the pool breaks, this future fails)
+            else:
+                _enqueue(pool, fut, msg, args, kwargs)
             if msg is not None:
                 return fut
             # Could not be encoded: fail this future only.
@@ -350,6 +348,24 @@ def _check_timeout(name: str, value: float | None) -> None:
         raise TypeError(f"{name} must be None or a number, not {type(value).__name__}")
     if value < 0:
         raise ValueError(f"{name} must be None or a number >= 0")
+
+
+def _enqueue(
+    pool: Pool, fut: PoolFuture[Any], msg: tuple[Any, ...] | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """The locked part of a submit: refused on a pool that cannot take work (even
+    for a call that could not be encoded), else queued and dispatched; futures
+    dispatch failed are resolved after the lock is released (callbacks may run)."""
+    with pool.lock:
+        if pool.broken is not None or pool.shutdown_flag:
+            pool.check_usable_locked()
+        if _stopping._exiting:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        if msg is None:
+            return
+        failed = pool.enqueue_locked(fut, msg, (args, kwargs) if args or kwargs else None)
+    if failed:
+        pool.fail_items(failed)
 
 
 def _encode_call(

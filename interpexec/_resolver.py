@@ -31,7 +31,7 @@ import time
 import traceback
 from concurrent.futures import _base
 from itertools import islice, repeat
-from operator import call, itemgetter
+from operator import call
 
 from ._compat import (
     QueueEmpty,
@@ -71,8 +71,6 @@ from ._transport import (
     materialize,
 )
 from ._wakeup import close_free, notify, wait
-
-_first = itemgetter(0)
 
 #: How long queued work waits, no worker taking a task, before the pool starts
 #: more workers (while fewer than max_workers are started; see _wait_or_grow).
@@ -173,15 +171,9 @@ class Resolver(Workers):
                 except QueueNotFoundError:  # a shutdown in a signal handler closed the pool meanwhile
                     return taken
             try:
-                _copy_out(arrived)
+                taken += _copy_out(arrived)
             except IndexError:  # a nested take moved them on
                 continue
-            snapshot: list[Any] = list(arrived)  # (one C-level step)
-            try:
-                tids = list(map(_first, snapshot))
-            except TypeError:  # a bare id a nested take (cut short by an exception) left
-                tids = [m if type(m) is int else m[0] for m in snapshot]
-            taken += tids
             try:
                 inbox.extend(map(call, repeat(arrived.popleft, len(arrived))))
             except IndexError:  # a nested take moved the rest on
@@ -313,12 +305,13 @@ class Resolver(Workers):
         future is settled, since settling runs callbacks that may submit and wait;
         meanwhile it is in ``unsettled``, so an exception before it is settled
         leaves it to be handled again."""
-        if type(msg) is int:  # a bare id that a nested take cut short left (see _take_queued)
-            msg = (msg, VALUE, None)
-        tid, kind = msg[0], msg[1]
-        if kind == EVENT:
-            self._event(msg[2], msg[3], msg[4])
-            return
+        if type(msg) is int:  # a task that returned None, as its bare id (see _protocol)
+            tid, kind = msg, VALUE
+        else:
+            tid, kind = msg[0], msg[1]
+            if kind == EVENT:
+                self._event(msg[2], msg[3], msg[4])
+                return
         inflight = self.inflight
         # In flight first: another thread moving the task out of the window
         # (_leave_window: into unsettled, then out of inflight) between the two
@@ -328,10 +321,10 @@ class Resolver(Workers):
         if item is None:
             return  # cancelled, timed out or interrupted earlier: a late report
         fut = item.future
-        if fut._state != _base.RUNNING:
+        if fut._state != _RUNNING:
             outcome = None
         elif kind == VALUE:
-            outcome = (True, msg[2])  # (the common case, inline)
+            outcome = (True, None if type(msg) is int else msg[2])  # (the common case, inline)
         elif kind == OK and msg[2][0] == NATIVE:
             outcome = (True, msg[2][1])  # (the common case, inline)
         else:
@@ -342,11 +335,11 @@ class Resolver(Workers):
             # pool's lock, leaves this to be done here)
             self._leave_window([tid], msg)
         try:
-            if outcome is not None and fut._state == _base.RUNNING:
+            if outcome is not None and fut._state == _RUNNING:
                 if outcome[0]:
                     try:
                         fut.set_result(outcome[1])
-                    except _base.InvalidStateError:
+                    except _InvalidStateError:
                         pass  # interrupted or cancelled meanwhile
                 else:
                     self._settle(fut, kind, outcome)
@@ -381,8 +374,11 @@ class Resolver(Workers):
         # for it.  A Ctrl-C right after the acquire leaves the lock to the
         # entry point's clean-up, as one cutting a with short does.)
         try:
-            self.free_cells(tids)  # (reports: their workers are done with the cells)
+            owners, mask = self.cell_owner, self.cell_mask
             for tid in tids:
+                # (A report: its worker is done with the task's call cell.)
+                if owners[tid & mask] == tid:
+                    owners[tid & mask] = 0
                 if tid > 0 and (item := inflight.get(tid)) is not None:
                     # (Into unsettled first: a Ctrl-C cannot leave the item in
                     # neither dict, where nothing would settle it.  A pool
@@ -645,24 +641,30 @@ class Resolver(Workers):
 
 
 _NOTHING = object()  # (a sentinel no message equals)
+_RUNNING = _base.RUNNING
+_InvalidStateError = _base.InvalidStateError
 
 
-def _copy_out(arrived: deque[Any]) -> None:
+def _copy_out(arrived: deque[Any]) -> list[int]:
     """Replace, in place, each message of ``arrived`` whose result holds views
-    of a worker's memory (out-of-band buffers) by one holding copies, and each
-    bare task id by its full message.  In a function of its own so that no
-    reference to an original message outlives the call: once ``arrived`` no
-    longer holds it, its worker may destroy its interpreter (``take_results``
-    sees nothing to take), and a view released after that crashes 3.13."""
+    of a worker's memory (out-of-band buffers) by one holding copies; return
+    the messages' task ids.  In a function of its own so that no reference to
+    an original message outlives the call: once ``arrived`` no longer holds it,
+    its worker may destroy its interpreter (``take_results`` sees nothing to
+    take), and a view released after that crashes 3.13.  (A bare task id, a
+    task that returned None, stays as it is: see ``_handle``.)"""
+    tids: list[int] = []
     for i in range(len(arrived)):
         msg: Any = arrived[i]
-        if type(msg) is int:  # a task that returned None (see _protocol)
-            if arrived[i] is msg:  # (no call between the test and the store)
-                arrived[i] = (msg, VALUE, None)
-        elif msg[1] == OK and len(msg[2]) == 3:
+        if type(msg) is int:
+            tids.append(msg)
+            continue
+        tids.append(msg[0])
+        if msg[1] == OK and len(msg[2]) == 3:
             copied = (msg[0], OK, materialize(msg[2]))
             if arrived[i] is msg:  # (no call between the test and the store)
                 arrived[i] = copied
+    return tids
 
 
 def close_spares_if_last() -> None:

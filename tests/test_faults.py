@@ -1781,10 +1781,10 @@ def hold_resolver(ex):
 
 def main_thread_takes(ex):
     \"\"\"Start ``ex`` and hold its resolver: the main thread then takes results
-    itself.  The code of the take, its line that snapshots ``arrived``, and the
-    event that frees the resolver.\"\"\"
+    itself.  The code of the take, its line that moves ``arrived`` (its views
+    copied out) into the inbox, and the event that frees the resolver.\"\"\"
     ex.prestart(wait=True)
-    code, line = line_of(type(ex._pool)._take_queued, "snapshot")
+    code, line = line_of(type(ex._pool)._take_queued, "inbox.extend(")
     return code, line, hold_resolver(ex)
 
 
@@ -1853,11 +1853,11 @@ HANDLER_SHUTS_DOWN_INSIDE_A_TAKE = (
     + """
 with InterpreterPoolExecutor(1) as ex:
     pool = ex._pool
-    code, snapshot_line, free = main_thread_takes(ex)
+    code, move_line, free = main_thread_takes(ex)
     seen = []
 
     def at(line):
-        if first_in_main(line, snapshot_line, seen):
+        if first_in_main(line, move_line, seen):
             seen.append(len(pool.arrived))
             signal.raise_signal(signal.SIGTERM)  # (its handler runs here, inside the take)
             return sys.monitoring.DISABLE
@@ -2061,7 +2061,7 @@ def test_a_signal_handler_waiting_inside_submit_for_a_result_another_waiter_took
     move its task out of the window, and nothing woke the handler's wait
     (found by this stop's third review).  A thread that takes results and
     finds the lock taken now wakes the waits for them."""
-    from interpexec._executor import InterpreterPoolExecutor as Executor
+    from interpexec._executor import _enqueue
     from interpexec._future import PipeWaiter
 
     with InterpreterPoolExecutor(1) as ex:
@@ -2080,8 +2080,8 @@ def test_a_signal_handler_waiting_inside_submit_for_a_result_another_waiter_took
             _until(lambda: any(type(w) is PipeWaiter for w in fut._waiters), "the handler's wait")
             os.write(go_w, b"g")
 
-        code = Executor._submit.__code__
-        line = next(n for _, _, n in code.co_lines() if n and "check_usable_locked" in _line_text(code, n))
+        code = _enqueue.__code__  # (submit()'s locked part)
+        line = next(n for _, _, n in code.co_lines() if n and "_exiting" in _line_text(code, n))
         seen: list[object] = []
 
         def at(code_, line_):
@@ -2390,6 +2390,7 @@ def test_the_pool_works_when_threading_rlock_is_the_pure_python_one(monkeypatch)
 def _main_thread_pool_functions():
     from interpexec._dispatch import Dispatcher
     from interpexec._executor import InterpreterPoolExecutor as Executor
+    from interpexec._executor import _enqueue
     from interpexec._future import PoolFuture
     from interpexec._resolver import Resolver
     from interpexec._waiting import Waiting, Watch
@@ -2408,6 +2409,7 @@ def _main_thread_pool_functions():
         PoolFuture.result,
         PoolFuture._finish,
         Executor._submit,
+        _enqueue,
     ]
 
 

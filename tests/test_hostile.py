@@ -1127,7 +1127,8 @@ if MODE == "take":
     FUNCS = [Resolver.take_results, Resolver._take_queued]
 elif MODE == "dispatch":
     from interpexec import _compat
-    FUNCS = [IPE._submit, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, _compat.queue_put]
+    from interpexec._executor import _enqueue
+    FUNCS = [IPE._submit, _enqueue, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, _compat.queue_put]
 else:
     FUNCS = [Resolver.collect, Resolver._deliver, Resolver._deliver_in_main, Resolver._handle,
              Resolver._outcome, PoolFuture.set_result, PoolFuture._finish, FutureCondition.notify_all,
