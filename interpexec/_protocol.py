@@ -46,8 +46,8 @@ interpreters an allocation, a conversion and (for the sender) a release call
 queued by the receiver; a flat message of a no-op call costs about a third less.
 A bare int needs no release call at all.  A task that returned None is one:
 the main interpreter queues no release into the worker, which the worker would
-contend for with the main interpreter's own (the main side turns it into
-``(tid, VALUE, None)`` as it takes it, see ``Resolver._take_queued``).  A NAMED
+contend for with the main interpreter's own (the main side keeps it as it
+is, an int, and reads it as ``(tid, VALUE, None)``: see ``Resolver._handle``).  A NAMED
 task dispatched beside others in flight is one too when its call cell is free
 and the message fits (``Dispatcher._in_cell``): on a busy machine the release
 call a tuple makes the main interpreter run when a worker takes it cost it
