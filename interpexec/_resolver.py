@@ -36,7 +36,6 @@ from operator import call
 from ._compat import (
     QueueEmpty,
     QueueNotFoundError,
-    RLock,
     is_main_thread,
     lock_level,
     os_thread_started,
@@ -80,11 +79,6 @@ GROW_AFTER_MS = 10
 GROW_WAIT_MAX_MS = 160
 #: How long a worker still starting counts as about to take a queued call.
 START_PATIENCE = 0.5
-#: How long a thread delivering a result (other than the main one) waits for
-#: its future's lock before it parks the result and moves on (see _handle).
-LOCK_PATIENCE = 0.005
-#: How often the resolver retries parked results.
-PARKED_RETRY_MS = 20
 #: While the process uses at least BUSY_SHARE of its CPUs, queued work waits
 #: this long with no task taken before the pool grows (more workers would only
 #: share those CPUs; see _wait_or_grow).
@@ -210,7 +204,6 @@ class Resolver(Workers):
             and not self.arrived
             and not self.held
             and not self.stalled
-            and not self.parked
             and (self.closed or not queue_count_if_open(self.results.qid))
         ):
             # (the common case: nothing to deliver.  ``held`` too: a signal
@@ -223,11 +216,6 @@ class Resolver(Workers):
             if self.inbox or self.arrived:
                 self.wake_resolver()
             raise
-        if self.parked and is_main_thread():
-            # (Parked: their future's lock was held, perhaps by this thread,
-            # which can take it.  One C call: a Ctrl-C cannot lose one.)
-            parked = self.parked
-            self.inbox.extend(map(call, repeat(parked.popleft, len(parked))))
         delivered = self._deliver()
         if self.stalled and is_main_thread() and lock_level(self.lock):
             delivered = self._handle_stalled() or delivered
@@ -348,32 +336,6 @@ class Resolver(Workers):
             self._leave_window([tid], msg)
         try:
             if outcome is not None and fut._state == _RUNNING:
-                # The future's lock, held by another thread for longer than a
-                # moment (a Ctrl-C can leave it held by the main thread inside
-                # concurrent.futures.wait(), whose loops over the futures' locks
-                # are Python code): the result is parked for the resolver to
-                # retry, and every other result is delivered meanwhile.  (Not
-                # held here while settling: done-callbacks run after it.  Not
-                # in the main thread, which can take a lock it left held, and
-                # where a Ctrl-C between acquire and release would leave one.)
-                if not is_main_thread():
-                    cond: Any = fut._condition  # (a FutureCondition: an RLock)
-                    if _acquire(cond, False):
-                        _release(cond)
-                    else:
-                        me = threading.get_ident()
-                        # (Waited for once: not on a retry (see _retry_parked),
-                        # nor while another result is parked, since a Ctrl-C can
-                        # leave many futures' locks held at once.)
-                        if me == self.retrying_ident or self.parked or not _acquire(cond, True, LOCK_PATIENCE):
-                            self.parked.append(msg)
-                            # Its waits collect on waking: the main thread's can
-                            # deliver it (a lock it left held is its own).
-                            self._wake_waits(item)
-                            if me != self.resolver_ident:
-                                self.wake_resolver()  # (it retries parked results)
-                            return
-                        _release(cond)
                 if outcome[0]:
                     try:
                         fut.set_result(outcome[1])
@@ -529,18 +491,13 @@ class Resolver(Workers):
                 return
             self.resolver_ident = threading.get_ident()
             self.resolver_thread = threading.current_thread()
-        rfd, ctl, parked = self.results.rfd, self.ctl, self.parked
+        rfd, ctl = self.results.rfd, self.ctl
         while True:
-            if parked:
-                self._retry_parked()
             if not self.collect():
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
                 if not self.collect():
-                    if parked:
-                        if wait(rfd, time.monotonic() + PARKED_RETRY_MS / 1000):
-                            ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
-                    elif self.wanted < self.max_workers and (self.inflight or self.pending):
+                    if self.wanted < self.max_workers and (self.inflight or self.pending):
                         if self._wait_or_grow(None):
                             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                     else:
@@ -561,22 +518,9 @@ class Resolver(Workers):
                 ):
                     break
         self.collect()
-        if parked:
-            self._retry_parked()
         with self.lock:
             self.resolver_finished = True
         self.maybe_close()
-
-    def _retry_parked(self) -> None:
-        """Deliver the parked results again, in the resolver (each is parked
-        anew, without waiting, while its future's lock is still held)."""
-        parked = self.parked
-        self.inbox.extend(map(call, repeat(parked.popleft, len(parked))))
-        self.retrying_ident = threading.get_ident()
-        try:
-            self._deliver()
-        finally:
-            self.retrying_ident = 0
 
     # ------------------------------------------------------ growing the pool
     # Past its CPUs, a pool's workers start only when the work needs them: when
@@ -690,7 +634,6 @@ class Resolver(Workers):
             with self.collect_lock:
                 self.inbox.clear()  # late reports of retired workers: not wanted
                 self.held.clear()
-                self.parked.clear()
                 self.arrived.clear()
                 self.tasks.close()
                 self.results.close()
@@ -700,8 +643,6 @@ class Resolver(Workers):
 _NOTHING = object()  # (a sentinel no message equals)
 _RUNNING = _base.RUNNING
 _InvalidStateError = _base.InvalidStateError
-_acquire = RLock.acquire
-_release = RLock.release
 
 
 def _copy_out(arrived: deque[Any]) -> list[int]:

@@ -228,11 +228,6 @@ class PoolState:
         # Messages other threads hold while they wait for the pool's lock to
         # handle them, by thread (see Resolver._leave_window):
         self.stalled: dict[int, tuple[Any, ...]] = {}
-        # Results whose future's lock another thread held past LOCK_PATIENCE
-        # (one a Ctrl-C left held in concurrent.futures.wait(), say): retried by
-        # the resolver (see Resolver._handle), never waited for without end.
-        self.parked: collections.deque[Any] = collections.deque()
-        self.retrying_ident = 0  # the resolver's, while it retries them
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

@@ -29,7 +29,6 @@ import collections
 import concurrent.futures as cf
 import contextlib
 import dis
-import functools
 import os
 import pickle
 import signal
@@ -2839,56 +2838,3 @@ def test_release_future_locks_finds_the_future_dispatch_is_putting_in_a_call_cel
         assert level == 0
         assert fut.result(timeout=20) == 7
         assert [f.result(timeout=20) for f in blocked] == [None] * len(blocked)
-
-
-@pytest.mark.timeout(60)
-def test_a_future_lock_the_main_thread_left_held_stops_only_that_future():
-    """A Ctrl-C landing inside ``concurrent.futures.wait()``'s loops over the
-    futures' locks (Python code in the standard library) leaves some held by
-    the main thread.  The resolver waited for such a lock for ever, and every
-    later result with it: the whole pool stopped (found by stop 32's review,
-    3.13 and 3.14, with a program that caught KeyboardInterrupt around
-    ``wait()``).  Now that result is parked and retried, the others are
-    delivered meanwhile, and it is delivered once the lock is free; or by the
-    main thread itself, whose lock it is, when it waits for that future."""
-    with InterpreterPoolExecutor(2) as ex:
-        ex.prestart(wait=True)
-        for stop_holding in ("release", "result"):
-            arrived_r, arrived_w = os.pipe()
-            go_r, go_w = os.pipe()
-            stuck = ex.submit(helpers.gated, arrived_w, go_r, 7)
-            helpers.wait_bytes(arrived_r, 1)  # (running)
-            stuck._condition.acquire()  # (what the Ctrl-C leaves held)
-            try:
-                os.write(go_w, b"g")
-                _until(lambda: getattr(ex._pool, "parked", None), "the resolver parked the result and moved on")
-                # (Submitted by another thread and not waited for: the
-                # resolver alone delivers them.  This thread's submits and
-                # waits would deliver the parked result too: see below.)
-                others: list[cf.Future[int]] = []
-                submitter = threading.Thread(target=_submit_from_a_thread, args=(ex, others))
-                submitter.start()
-                submitter.join(20)
-                assert len(others) == 50
-                _until(functools.partial(_all_done, others), "the other results delivered")
-                assert not stuck.done()
-                assert [f.result() for f in others] == list(range(50))
-                if stop_holding == "result":
-                    assert stuck.result(timeout=20) == 7  # (this thread takes its own lock)
-                else:
-                    assert not stuck.done() or not ex._pool.parked
-            finally:
-                stuck._condition.release()
-            _until(stuck.done, "the parked result delivered")
-            assert stuck.result() == 7
-            assert not ex._pool.parked
-            for fd in (arrived_r, arrived_w, go_r, go_w):
-                os.close(fd)
-
-
-def _submit_from_a_thread(ex, into):
-    into.extend(ex.submit(fh.ok, i) for i in range(50))
-
-
-def _all_done(futures):
-    return all(f.done() for f in futures)
