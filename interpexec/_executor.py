@@ -14,7 +14,6 @@ import weakref
 from concurrent.futures import Executor
 
 from . import _compat, _shared, _stopping
-from ._compat import lock_level
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import encode_callable
@@ -198,10 +197,9 @@ class InterpreterPoolExecutor(Executor):
         self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> Future[T]:
         pool = self._pool
-        # (Not 0 in a signal handler run inside the pool's code.)
-        levels = lock_level(pool.lock), lock_level(pool.collect_lock)
+        levels = pool.lock_levels()  # (not 0 in a signal handler run inside the pool's code)
         try:
-            if len(pool.inflight) >= pool.window:
+            if pool.window_full():
                 pool.collect()  # make room here rather than wait for the resolver
             tid = next(pool.tid)
             fut: PoolFuture[T] = PoolFuture(pool, tid, pool.interrupt_on_cancel)
@@ -357,8 +355,7 @@ def _enqueue(
     for a call that could not be encoded), else queued and dispatched; futures
     dispatch failed are resolved after the lock is released (callbacks may run)."""
     with pool.lock:
-        if pool.broken is not None or pool.shutdown_flag:
-            pool.check_usable_locked()
+        pool.check_usable_locked()
         if _stopping._exiting:
             raise RuntimeError("cannot schedule new futures after interpreter shutdown")
         if msg is None:

@@ -374,11 +374,8 @@ class Resolver(Workers):
         # for it.  A Ctrl-C right after the acquire leaves the lock to the
         # entry point's clean-up, as one cutting a with short does.)
         try:
-            owners, mask = self.cell_owner, self.cell_mask
+            self.free_cells(tids)  # (reports: their workers are done with the cells)
             for tid in tids:
-                # (A report: its worker is done with the task's call cell.)
-                if owners[tid & mask] == tid:
-                    owners[tid & mask] = 0
                 if tid > 0 and (item := inflight.get(tid)) is not None:
                     # (Into unsettled first: a Ctrl-C cannot leave the item in
                     # neither dict, where nothing would settle it.  A pool
