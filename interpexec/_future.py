@@ -6,7 +6,7 @@ from concurrent.futures import Future, _base
 
 from ._compat import get_ident, is_main_thread, lock_level, outer_level, release_if_owned
 from ._condition import FutureCondition
-from ._sigint import defer_sigint
+from ._sigint import NOT_DEFERRED, defer_sigint
 from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
         lock: Any
 
         def release_leaked_locks(self, levels: tuple[int, int] = ...) -> None: ...
+
+        def run_callbacks_later(self, fut: PoolFuture[Any]) -> bool: ...
 
 else:
     # ``Future["T"]`` is a types.GenericAlias whose base is Future itself: the
@@ -53,6 +55,27 @@ _PENDING, _RUNNING, _CANCELLED, _NOTIFIED = (
 #: left behind while live (``Waiting.abandon_waits``), and code that runs
 #: inside it in the same thread can have it shared (:class:`Waiters`).
 LIVE_WAITS: dict[int, dict[int, Any]] = {}
+
+
+#: Done-callbacks that only hand the news to an event loop (they take no lock
+#: and never block): asyncio's ``wrap_future`` (``loop.run_in_executor``) and
+#: interpexec.aio's own.  The thread that settles a future runs these itself
+#: (an event loop collecting results in a burst would otherwise wait for the
+#: resolver's turn for each), and hands any other to the resolver.
+INLINE_CALLBACKS = frozenset(
+    {
+        ("asyncio.futures", "_chain_future.<locals>._call_set_state"),
+        ("interpexec.aio", "_call_asyncio.<locals>.on_done"),
+        ("interpexec.aio", "_call_trio.<locals>.on_done"),
+    }
+)
+
+
+def _inline_safe(callbacks: list[Any]) -> bool:
+    for cb in callbacks:
+        if (getattr(cb, "__module__", None), getattr(cb, "__qualname__", None)) not in INLINE_CALLBACKS:
+            return False
+    return True
 
 
 class Waiters(list):  # type: ignore[type-arg]
@@ -175,40 +198,55 @@ class PoolFuture(Future[T]):
 
     def set_result(self, result: Any) -> None:
         """The standard one; in the main thread made Ctrl-C safe (see :meth:`_finish`)."""
-        with self._condition:
-            if (
-                self._state == _RUNNING
-                and not self._waiters
-                and not self._done_callbacks
-                and not self._condition._waiters  # type: ignore[attr-defined]
-            ):
-                # Nobody to wake and no callback to run (most futures of a burst):
-                # the state change is all there is.  A Ctrl-C between these two
-                # stores leaves the message to be handled again (see _deliver_in_main).
-                self._result = result
-                self._state = _FINISHED
-                return
-        if is_main_thread():
-            self._finish(result, None, False)
-        else:
-            super().set_result(result)
+        self._settle(result, None, False, False)
 
     def set_exception(self, exception: BaseException | None) -> None:
         """The standard one; in the main thread made Ctrl-C safe (see :meth:`_finish`)."""
-        if is_main_thread():
-            self._finish(None, exception, True)
-        else:
-            super().set_exception(exception)
+        self._settle(None, exception, True, False)
 
-    def _finish(self, result: Any, exception: BaseException | None, failed: bool) -> None:
-        """Future.set_result/set_exception for the main thread (which delivers
-        results while it waits): the state change and the waiters' wake-ups in
+    def settle_result(self, result: Any) -> None:
+        """``set_result`` as the pool calls it: the done-callbacks run on the pool's
+        resolver thread (see :meth:`_finish`)."""
+        self._settle(result, None, False, True)
+
+    def settle_exception(self, exception: BaseException | None) -> None:
+        """``set_exception`` as the pool calls it (see :meth:`settle_result`)."""
+        self._settle(None, exception, True, True)
+
+    def _settle(self, result: Any, exception: BaseException | None, failed: bool, by_pool: bool) -> None:
+        if not failed:
+            with self._condition:
+                if (
+                    self._state == _RUNNING
+                    and not self._waiters
+                    and not self._done_callbacks
+                    and not self._condition._waiters  # type: ignore[attr-defined]
+                ):
+                    # Nobody to wake and no callback to run (most futures of a
+                    # burst): the state change is all there is.  A Ctrl-C between
+                    # these two stores leaves the message to be handled again
+                    # (see Resolver._deliver_in_main).
+                    self._result = result
+                    self._state = _FINISHED
+                    return
+        self._finish(result, exception, failed, by_pool)
+
+    def _finish(self, result: Any, exception: BaseException | None, failed: bool, by_pool: bool) -> None:
+        """Future.set_result/set_exception.  In the main thread (which delivers
+        results while it waits), the state change and the waiters' wake-ups are
         one step a Ctrl-C cannot cut in two (cut there, other threads would wait
         for ever), and the done-callbacks run even when the Ctrl-C held back
-        meanwhile is raised."""
-        changed = False
+        meanwhile is raised.
+
+        With ``by_pool`` (a result the pool delivers), the done-callbacks run on
+        the pool's resolver thread, as ProcessPoolExecutor's run on its manager
+        thread: never in a thread that delivers results while it waits in
+        ``result()``, submits, or polls (which may hold a lock of the user's
+        that a callback takes; run there, the callback would wait for it for
+        ever).  That thread learns its own result without waiting for them."""
+        changed = handed = False
         try:
-            with defer_sigint():
+            with defer_sigint() if is_main_thread() else NOT_DEFERRED:
                 with self._condition:
                     if self._state in _DONE:
                         raise _base.InvalidStateError(f"{self._state}: {self!r}")
@@ -224,12 +262,19 @@ class PoolFuture(Future[T]):
                             waiter.add_result(self)
                     self._condition.notify_all()
                     changed = True
-                if LIVE_WAITS and self._done_callbacks:
-                    # (What _invoke_callbacks does first, here with the Ctrl-C
-                    # held back: cut there, the callbacks would never run.)
-                    share_live_waits(wake=True)
+                if self._done_callbacks:
+                    # (Handed over, or what _invoke_callbacks does first, with
+                    # the Ctrl-C held back: cut there, the callbacks would never
+                    # run.)
+                    handed = (
+                        by_pool
+                        and not _inline_safe(self._done_callbacks)
+                        and self._ie_pool.run_callbacks_later(self)
+                    )
+                    if not handed and LIVE_WAITS:
+                        share_live_waits(wake=True)
         finally:
-            if changed:
+            if changed and not handed:
                 _base.Future._invoke_callbacks(self)  # type: ignore[attr-defined]
 
     def result(self, timeout: float | None = None) -> T:
@@ -274,9 +319,10 @@ class PoolFuture(Future[T]):
         release_if_owned(self._condition, outer_level(level))
         self._ie_pool.release_leaked_locks(levels)
 
-    def force_cancel(self) -> bool:
+    def force_cancel(self, by_pool: bool = False) -> bool:
         """Cancel even a running future (its task is being stopped).  False if it
-        had already finished."""
+        had already finished.  With ``by_pool``, the done-callbacks run on the
+        resolver thread (see :meth:`_finish`)."""
         with self._condition:
             if self._state == _base.FINISHED:
                 return False
@@ -286,7 +332,13 @@ class PoolFuture(Future[T]):
             for waiter in self._waiters:
                 waiter.add_cancelled(self)
             self._condition.notify_all()
-        self._invoke_callbacks()
+        if not (
+            by_pool
+            and self._done_callbacks
+            and not _inline_safe(self._done_callbacks)
+            and self._ie_pool.run_callbacks_later(self)
+        ):
+            self._invoke_callbacks()
         return True
 
 
@@ -356,9 +408,10 @@ class PipeWaiter(_base._Waiter):
     add_exception = add_cancelled = add_result
 
 
-def set_exception_if_running(fut: Future[Any], exc: BaseException) -> None:
+def set_exception_if_running(fut: PoolFuture[Any], exc: BaseException) -> None:
+    """Fail a future the pool could not run (its callbacks run on the resolver thread)."""
     if fut._state == _base.RUNNING:
         try:
-            fut.set_exception(exc)
+            fut.settle_exception(exc)
         except _base.InvalidStateError:
             pass

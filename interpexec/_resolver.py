@@ -4,7 +4,9 @@
 delivered, whether or not anybody waits: the worker wakes the resolver thread
 (if it sleeps and no wake-up is on its way), and the resolver takes everything
 queued and resolves the futures.  A future nobody waits for still completes, its
-callbacks run, ``running()`` polls end.
+callbacks run, ``running()`` polls end.  Done-callbacks run on the resolver
+thread only (other threads that settle a future hand them over:
+``run_callbacks_later``), as ProcessPoolExecutor's run on its manager thread.
 
 **The shortcut.**  A thread blocked in ``Future.result()`` registers its own pipe
 for its task (``attach_waiter``, in :mod:`interpexec._waiting`); the worker that finishes that task writes to
@@ -197,8 +199,8 @@ class Resolver(Workers):
         A Ctrl-C in the main thread can land between any two steps here: no
         message is ever only in a local variable (see ``_take_queued`` and
         ``_deliver``), and a future's state change and the wake-ups of its
-        waiters are not cut in two (``PoolFuture.set_result``).  Done-callbacks
-        run here are user code, which a Ctrl-C interrupts as anywhere else."""
+        waiters are not cut in two (``PoolFuture._finish``).  Done-callbacks run
+        here only in the resolver thread; other threads hand them to it."""
         if (
             not self.inbox
             and not self.arrived
@@ -338,7 +340,7 @@ class Resolver(Workers):
             if outcome is not None and fut._state == _RUNNING:
                 if outcome[0]:
                     try:
-                        fut.set_result(outcome[1])
+                        fut.settle_result(outcome[1])
                     except _InvalidStateError:
                         pass  # interrupted or cancelled meanwhile
                 else:
@@ -440,9 +442,9 @@ class Resolver(Workers):
         exc = outcome[1]
         try:
             if exc is not None:
-                fut.set_exception(exc)
+                fut.settle_exception(exc)
             else:
-                fut.force_cancel()  # STOPPED
+                fut.force_cancel(by_pool=True)  # STOPPED
         except _base.InvalidStateError:
             pass  # interrupted or cancelled meanwhile
 
@@ -489,11 +491,12 @@ class Resolver(Workers):
             self.resolver_ident = threading.get_ident()
             self.resolver_thread = threading.current_thread()
         rfd, ctl = self.results.rfd, self.ctl
+        due = self.callbacks_due
         while True:
-            if not self.collect():
+            if not self.collect() and not due:
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
-                if not self.collect():
+                if not self.collect() and not due:
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
                         if self._wait_or_grow(None):
                             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
@@ -501,6 +504,8 @@ class Resolver(Workers):
                         self.grow_wait_ms = GROW_AFTER_MS
                         ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                 ctl[COLLECTOR_ASLEEP] = 0
+            if due:
+                self.run_callbacks_due()
             with self.lock:
                 # Retired workers (stuck in C, or waiting for threads) are not
                 # waited for: they finish in the background; late results are not
@@ -512,12 +517,64 @@ class Resolver(Workers):
                     (self.shutdown_flag or self.broken)
                     and all(w.retired for w in self.workers.values())
                     and (self.broken or not self.workers or not self.work_left_locked())
+                    and not due
                 ):
+                    # (From here on, a thread that settles a future runs its
+                    # callbacks itself.)
+                    self.callbacks_closed = True
                     break
         self.collect()
+        self.run_callbacks_due()  # (handed over before the hand-over closed)
         with self.lock:
             self.resolver_finished = True
         self.maybe_close()
+
+    def run_callbacks_later(self, fut: PoolFuture[Any]) -> bool:
+        """Hand ``fut``'s done-callbacks to the resolver thread (``fut`` is done).
+        False if that is this thread, or none will run them (not started, or
+        finished): the caller runs them.  See ``PoolFuture._finish``.
+
+        No lock per future (a burst delivered by one thread hands over
+        thousands): the resolver is woken only when no wake-up is on its way
+        (``callbacks_woken``, which it clears before it takes them), under the
+        pool's lock then (never a write to a closed pipe).  A resolver that
+        ends meanwhile has closed the hand-over before its last look: a future
+        appended after that look is taken back here (one C call each, so
+        exactly one of the two has it)."""
+        if threading.get_ident() == self.resolver_ident:
+            return False
+        if self.resolver_thread is None or self.callbacks_closed or self.forked:
+            return False
+        due = self.callbacks_due
+        due.append(fut)
+        if self.callbacks_closed:
+            try:
+                due.remove(fut)
+            except ValueError:  # the resolver's last look took it
+                return True
+            return False
+        if not self.callbacks_woken:
+            self.callbacks_woken = True
+            with self.lock:
+                if not self.closed:
+                    self.results.notify()
+        return True
+
+    def run_callbacks_due(self) -> None:
+        """In the resolver thread: run the done-callbacks handed to it, in order.
+        (An exception from one is logged by ``Future._invoke_callbacks``, as
+        the standard executors do; the others still run.)"""
+        self.callbacks_woken = False  # (first: a future handed over from here on wakes it again)
+        due = self.callbacks_due
+        while True:
+            try:
+                fut = due.popleft()
+            except IndexError:
+                return
+            try:
+                fut._invoke_callbacks()
+            except BaseException as exc:  # (SystemExit, say: the resolver goes on)
+                _report("an exception escaped a done-callback", exc)
 
     # ------------------------------------------------------ growing the pool
     # Past its CPUs, a pool's workers start only when the work needs them: when

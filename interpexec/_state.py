@@ -231,6 +231,11 @@ class PoolState:
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False
+        # Futures settled by other threads whose done-callbacks the resolver
+        # runs (see PoolFuture._finish); closed once it stops taking them.
+        self.callbacks_due: collections.deque[PoolFuture[Any]] = collections.deque()
+        self.callbacks_closed = False
+        self.callbacks_woken = False  # a wake-up for them is on its way
         self.closed = False  # channels closed: nothing more can arrive
         self.forked = False
         self.parking = False

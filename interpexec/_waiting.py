@@ -226,30 +226,43 @@ class Waiting(Resolver):
     def _resolve_until(self, fut: PoolFuture[Any], timeout: float | None) -> float | None:
         """``result()`` called in the resolver thread itself (by a done-callback):
         nobody else would deliver, so this thread goes on resolving, nested, until
-        ``fut`` is done."""
+        ``fut`` is done.  Another thread may deliver ``fut`` meanwhile (one
+        waiting for it in ``result()``, which its worker alone wakes): a waiter
+        in ``fut``'s list has whoever settles it wake this thread too."""
         deadline = None if timeout is None else time.monotonic() + timeout
         rfd, ctl = self.results.rfd, self.ctl
-        while not self.closed:
-            if self.collect() and fut._state not in WAITABLE:
-                break
+        waiter = PipeWaiter(self.results.wfd)  # (open until this thread, the resolver, ends)
+        with fut._condition:
             if fut._state not in WAITABLE:
-                break
-            ctl[COLLECTOR_ASLEEP] = 1
-            try:
-                if self.collect():
-                    continue
-                # (It stands in for the resolver: it grows the pool too.)
-                if (
-                    self.wanted < self.max_workers
-                    and (self.inflight or self.pending)
-                    and self._wait_or_grow(deadline) is False
-                ):
-                    continue
-                if not wait(rfd, deadline):  # (at once if readable)
-                    return 0.0
-                ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
-            finally:
-                ctl[COLLECTOR_ASLEEP] = 0
+                return timeout
+            fut._waiters.append(waiter)
+        try:
+            while not self.closed:
+                if self.callbacks_due:  # (handed to this thread, which is busy here: run them nested)
+                    self.run_callbacks_due()
+                if self.collect() and fut._state not in WAITABLE:
+                    break
+                if fut._state not in WAITABLE:
+                    break
+                ctl[COLLECTOR_ASLEEP] = 1
+                try:
+                    if self.collect() or self.callbacks_due or fut._state not in WAITABLE:
+                        continue
+                    # (It stands in for the resolver: it grows the pool too.)
+                    if (
+                        self.wanted < self.max_workers
+                        and (self.inflight or self.pending)
+                        and self._wait_or_grow(deadline) is False
+                    ):
+                        continue
+                    if not wait(rfd, deadline):  # (at once if readable)
+                        return 0.0
+                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+                finally:
+                    ctl[COLLECTOR_ASLEEP] = 0
+        finally:
+            with fut._condition:
+                fut._waiters.remove(waiter)
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def attach_waiter(self, fut: PoolFuture[Any], watch: Watch, thread: int = 0) -> bool:

@@ -593,6 +593,35 @@ def test_run_in_executor_many_concurrent_awaits(pool):
 
 
 @pytest.mark.timeout(60)
+def test_event_loop_wakeups_are_callbacks_the_delivering_thread_runs_itself(pool):
+    """Done-callbacks run on the pool's resolver thread, except those that only
+    hand the news to an event loop (asyncio's ``wrap_future``, which
+    ``run_in_executor`` uses, and this package's): an event loop collecting a
+    burst of results runs those itself.  Recognised by name: this fails if a
+    Python renames asyncio's."""
+    from interpexec import _future
+
+    arrived_r, arrived_w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        fut = pool.submit(h.gated, arrived_w, go_r, 3)  # (pending until released)
+        wrapped = asyncio.wrap_future(fut, loop=loop)
+        assert fut._done_callbacks and _future._inline_safe(fut._done_callbacks)
+        fut.add_done_callback(lambda f: None)  # a user's: the resolver's
+        assert not _future._inline_safe(fut._done_callbacks)
+        os.write(go_w, b"x")
+        return await wrapped
+
+    try:
+        assert _run(main) == 3
+    finally:
+        for fd in (arrived_r, arrived_w, go_r, go_w):
+            os.close(fd)
+
+
+@pytest.mark.timeout(60)
 def test_run_in_executor_propagates_exceptions(pool):
     async def main():
         return await asyncio.get_running_loop().run_in_executor(pool, h.fail, "boom", 3)

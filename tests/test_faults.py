@@ -1056,16 +1056,18 @@ def test_a_signal_handler_waiting_for_the_future_the_main_thread_waits_for(neste
 
 
 def _b_delivered_by_a_thread_waiting_for_a(in_b_callback):
-    """A 3-worker pool whose resolver is held busy (in c's done-callback) while
+    """A 2-worker pool whose resolver is held busy (in c's done-callback) while
     b's result is queued and a blocks on a queue; a thread T waits for a, and so
-    delivers b: b's done-callback, in T, frees the resolver, waits until it
-    sleeps, then calls ``in_b_callback(a, release_a)``.  Returns (the threads
-    b's callback ran in, what it returned, what T's wait returned, T)."""
+    delivers b.  T does not run b's done-callback (it may hold a lock of the
+    user's that the callback takes): it hands it to the resolver, which runs it
+    once freed, while T still waits for a; there it calls
+    ``in_b_callback(a, release_a)``.  Returns (the threads b's callback ran
+    in, what it returned, what T's wait returned, the resolver thread)."""
     from interpexec import _compat
 
     q = interpexec.Queue()
     resolver_busy, free_resolver = threading.Event(), threading.Event()
-    with InterpreterPoolExecutor(3) as pool:
+    with InterpreterPoolExecutor(2) as pool:
         pool.prestart()  # (the workers' "started" reports are in: only b's result is queued below)
         c = pool.submit(fh.ok, "c")
         c.add_done_callback(lambda f: (resolver_busy.set(), free_resolver.wait(20)))
@@ -1074,35 +1076,68 @@ def _b_delivered_by_a_thread_waiting_for_a(in_b_callback):
         b = pool.submit(fh.ok, "b")
         qid = pool._pool.results.qid
         _until(lambda: _compat.queue_count(qid) > 0, "b's result queued")
-        got, ran_in = [], []
+        got, ran_in, returned = [], [], threading.Event()
 
         def on_b(f):
             ran_in.append(threading.current_thread())
-            free_resolver.set()
-            _until(lambda: _resolver_asleep(pool), "the resolver asleep")
-            got.append(in_b_callback(a, lambda: q.put("a")))
+            try:
+                got.append(in_b_callback(a, lambda: q.put("a")))
+            finally:
+                returned.set()
 
         b.add_done_callback(on_b)
         outer = []
         t = threading.Thread(target=lambda: outer.append(a.result(timeout=30)))
-        t.start()
+        try:
+            t.start()
+            _until(b.done, "b delivered by the thread waiting for a")
+            assert not ran_in  # (handed to the resolver, still busy)
+            item = pool._pool.inflight[a._ie_tid]
+            _until(lambda: item.waiter_fd, "the wait for a registered")
+        finally:
+            free_resolver.set()
         t.join(timeout=40)
-        free_resolver.set()
-    return ran_in, got, outer, t
+        # (Before the pool's shutdown, which wakes the resolver anyway.)
+        assert returned.wait(30), "b's callback did not return"
+        resolver = pool._pool.resolver_thread
+    return ran_in, got, outer, resolver
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("nested", NESTED_WAITS)
-def test_a_done_callback_waiting_for_the_future_its_thread_waits_for(nested):
-    """The same from a done-callback: a thread waiting for A delivers B's result
-    (queued while the resolver was busy), and B's callback waits for A."""
+def test_a_done_callback_waiting_for_the_future_another_thread_waits_for(nested):
+    """A thread waiting for A delivers B's result (queued while the resolver was
+    busy); B's callback runs on the resolver and waits for A too.  A's worker
+    wakes only the waiting thread: the resolver's wait must still see A done."""
 
     def wait_for_a(a, release_a):
         release_a()  # a finishes now; this wait must see it
         return _nested_wait(a, nested)
 
-    ran_in, waited, outer, t = _b_delivered_by_a_thread_waiting_for_a(wait_for_a)
-    assert ran_in == [t]  # b's callback ran in the thread waiting for a
+    ran_in, waited, outer, resolver = _b_delivered_by_a_thread_waiting_for_a(wait_for_a)
+    assert ran_in == [resolver]  # b's callback ran on the resolver, not in the waiting thread
+    assert waited == [None if nested == "exception" else "a"]
+    assert outer == ["a"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nested", ["result", "exception"])
+def test_a_done_callback_waiting_asleep_for_the_future_another_thread_waits_for(nested):
+    """As above, A finishing only once the resolver's own wait for it sleeps on
+    its pipe: A's worker wakes the other thread alone, which delivers A.  The
+    resolver's wait, which nobody woke, slept out its whole timeout."""
+
+    def wait_for_a(a, release_a):
+        def release_once_asleep():
+            _until(lambda: a._ie_pool.ctl[0] == 1, "the resolver asleep in its wait for a")
+            release_a()
+
+        threading.Thread(target=release_once_asleep, daemon=True).start()
+        # (No timeout: one would end a wait nobody woke, late but with the value.)
+        return a.result() if nested == "result" else a.exception()
+
+    ran_in, waited, outer, resolver = _b_delivered_by_a_thread_waiting_for_a(wait_for_a)
+    assert ran_in == [resolver]
     assert waited == [None if nested == "exception" else "a"]
     assert outer == ["a"]
 
@@ -1167,12 +1202,9 @@ def test_a_signal_handler_inside_a_result_wait_that_is_not_waiting_yet_or_any_mo
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("nested", ["result", "wait"])
-def test_a_done_callback_handing_the_wait_for_its_threads_future_to_another_thread(nested):
-    """A thread waiting for A delivers B's result; B's done-callback has another
-    thread wait for A and waits for it.  A's worker woke only the first thread
-    (busy in the callback): the other thread's wait, relying on the resolver,
-    ran out its timeout (without one: a deadlock).  A thread now shares its
-    registrations before it runs done-callbacks."""
+def test_a_done_callback_handing_the_wait_for_a_future_another_thread_waits_for_to_a_third(nested):
+    """A thread waiting for A delivers B's result; B's done-callback, on the
+    resolver, has a third thread wait for A and waits for that thread."""
     helper = cf.ThreadPoolExecutor(1)
 
     def hand_over(a, release_a):
@@ -1182,11 +1214,35 @@ def test_a_done_callback_handing_the_wait_for_its_threads_future_to_another_thre
         return h.result(timeout=20)
 
     try:
-        ran_in, got, outer, t = _b_delivered_by_a_thread_waiting_for_a(hand_over)
+        ran_in, got, outer, resolver = _b_delivered_by_a_thread_waiting_for_a(hand_over)
     finally:
         helper.shutdown()
-    assert ran_in == [t]
+    assert ran_in == [resolver]
     assert got == ["a"] and outer == ["a"]
+
+
+@pytest.mark.timeout(60)
+def test_a_done_callback_taking_a_lock_the_thread_that_delivers_it_holds():
+    """A thread holds a lock while it waits in ``result()``; another future's
+    done-callback takes that lock.  The waiting thread delivers every queued
+    result, the other one's too: when it ran that callback itself, it waited
+    for its own lock for ever.  Callbacks run on the resolver, as
+    ProcessPoolExecutor's run on its manager thread."""
+    lock, seen = threading.Lock(), []
+
+    def callback(f):
+        with lock:
+            seen.append((f.result(), threading.current_thread().name))
+
+    with InterpreterPoolExecutor(2, thread_name_prefix="lockcb") as pool:
+        pool.prestart(wait=True)
+        for i in range(100):
+            other = pool.submit(fh.ok, i)
+            other.add_done_callback(callback)
+            mine = pool.submit(fh.ok, -i)
+            with lock:
+                assert mine.result(timeout=20) == -i
+    assert sorted(seen) == [(i, "lockcb_resolver") for i in range(100)]
 
 
 @pytest.mark.timeout(60)
@@ -2330,46 +2386,47 @@ def test_an_exception_at_the_task_put_fails_the_future_only_if_the_put_failed(ra
 
 
 @pytest.mark.timeout(60)
-def test_a_ctrl_c_as_the_main_thread_shares_its_wait_before_callbacks_loses_no_callback(monkeypatch):
+def test_a_ctrl_c_as_the_main_thread_hands_callbacks_to_the_resolver_loses_none(monkeypatch):
     """The main thread, delivering results inside its own ``result()`` wait,
-    shares its wait's registration before a finished future's done-callbacks
-    run (one may hand the wait to another thread).  A Ctrl-C landing in that
-    step skipped the callbacks for good (the future was finished already).  It
-    is now held back over it, and raised after the callbacks ran.  The Ctrl-C
-    is a real SIGINT sent from inside that step."""
+    hands a finished future's done-callbacks to the resolver (it does not run
+    them: it may hold a lock they take).  A Ctrl-C landing in that step must
+    neither skip the callbacks (the future is finished already) nor run them
+    twice: it is held back over it, and raised after.  The Ctrl-C is a real
+    SIGINT sent from inside that step."""
     import time as _time
 
-    from interpexec import _future
+    from interpexec import _compat
 
     with InterpreterPoolExecutor(2) as ex:
         ex.prestart(wait=True)
         pool = ex._pool
+        ran = []
         with _resolver_held_busy(ex):
-            ran = []
             b = ex.submit(fh.ok, "b")
-            b.add_done_callback(ran.append)
-            from interpexec import _compat
-
+            b.add_done_callback(lambda f: ran.append((f, threading.current_thread())))
             _until(lambda: _compat.queue_count(pool.results.qid) >= 1, "b's result queued")
             a = ex.submit(fh.ok, "a")
-            share = _future.share_live_waits
+            hand_over = pool.run_callbacks_later
             sent = []
 
-            def share_with_a_ctrl_c_inside(wake):
+            def hand_over_with_a_ctrl_c_inside(fut):
                 if not sent:
                     sent.append(True)
                     os.kill(os.getpid(), signal.SIGINT)
                     _time.sleep(0)  # (a call: where the handler would run, were it not held back)
-                share(wake)
+                return hand_over(fut)
 
-            monkeypatch.setattr(_future, "share_live_waits", share_with_a_ctrl_c_inside)
+            monkeypatch.setattr(pool, "run_callbacks_later", hand_over_with_a_ctrl_c_inside)
             with pytest.raises(KeyboardInterrupt):
                 a.result(timeout=30)  # (delivers b first, inside its own wait)
             monkeypatch.undo()
             assert sent == [True]
-            assert ran == [b]  # b's callback ran, once
+            assert b.result(timeout=0) == "b"
+            assert not ran  # (the resolver is still busy)
+        _until(lambda: ran, "b's callback run by the resolver")
         assert a.result(timeout=30) == "a"
-        assert b.result(timeout=0) == "b"
+        ex.shutdown(wait=True)  # (the resolver ends: whatever it had to run has run)
+        assert ran == [(b, pool.resolver_thread)]  # once, on the resolver
 
 
 @pytest.mark.timeout(60)
@@ -2407,7 +2464,9 @@ def _main_thread_pool_functions():
         Waiting.wait_for,
         Watch.check,
         PoolFuture.result,
+        PoolFuture._settle,
         PoolFuture._finish,
+        Resolver.run_callbacks_later,
         Executor._submit,
         _enqueue,
     ]
@@ -2490,6 +2549,7 @@ def test_a_pool_call_at_every_point_a_signal_handler_can_run_in_the_main_threads
                 return release
 
     ran: collections.Counter[int] = collections.Counter()
+    everyone: list[tuple[object, cf.Future]] = []  # (kept alive: ran is keyed by id)
 
     def batch(n: int) -> None:
         del futures[:]
@@ -2518,15 +2578,15 @@ def test_a_pool_call_at_every_point_a_signal_handler_can_run_in_the_main_threads
             except Exception as exc:
                 problems.append(f"{state['target']} afterwards: {exc!r}")
         assert [f.result() for f in mine] == [1000 + i for i in range(n)]
-        for f in mine:
-            if ran[id(f)] != 1:
-                problems.append(f"{state['target']}: a done-callback ran {ran[id(f)]} times")
+        # (The callbacks run on the resolver, now free: whether each ran once
+        # is checked once it has ended.)
+        everyone.extend((state["target"], f) for f in mine)
+        _until(lambda: all(ran[id(f)] for f in mine), "every done-callback run")
         pool = ex._pool
         for name, lock in (("the pool's lock", pool.lock), ("the collect lock", pool.collect_lock)):
             if lock._is_owned():
                 problems.append(f"{state['target']}: {name} left held")
         _until(lambda: not pool.inflight, "every task settled")
-        ran.clear()
 
     tool = sys.monitoring.PROFILER_ID
     sys.monitoring.use_tool_id(tool, "interpexec-test")
@@ -2557,6 +2617,9 @@ def test_a_pool_call_at_every_point_a_signal_handler_can_run_in_the_main_threads
         sys.monitoring.register_callback(tool, sys.monitoring.events.PY_START, None)
         sys.monitoring.free_tool_id(tool)
         ex.shutdown(wait=True)
+    for target, f in everyone:
+        if ran[id(f)] != 1:
+            problems.append(f"{target}: a done-callback ran {ran[id(f)]} times")
     assert not problems, problems[:5]
 
 

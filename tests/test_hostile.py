@@ -1131,7 +1131,8 @@ elif MODE == "dispatch":
     FUNCS = [IPE._submit, _enqueue, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, _compat.queue_put]
 else:
     FUNCS = [Resolver.collect, Resolver._deliver, Resolver._deliver_in_main, Resolver._handle,
-             Resolver._outcome, PoolFuture.set_result, PoolFuture._finish, FutureCondition.notify_all,
+             Resolver._outcome, PoolFuture._settle, PoolFuture._finish, Resolver.run_callbacks_later,
+             FutureCondition.notify_all,
              FutureCondition.notify, Waiting.wait_for, Waiting._wait_done, Watch.check, Watch.close,
              Waiting.detach_waiter, PoolFuture.result]
 def signal_points(code):

@@ -151,7 +151,8 @@ class InterpreterTaskExecutor(Executor):
 
 def _finish(inner: Future[Any], outer: Future[Any], start: float, delay: float, exception_key: str) -> None:
     """Turn the pool's future into the worker's result dict.  A done callback of
-    ``inner``: it runs in whichever thread completes ``inner``, and it must end
+    ``inner``: it runs on the pool's result thread (or in the thread that
+    cancels ``inner``), and it must end
     ``outer`` whatever happens, or the worker waits for the task forever."""
     stop = time.time()
     try:
