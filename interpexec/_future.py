@@ -37,6 +37,8 @@ else:
     T = "T"
 
 
+_acquire = FutureCondition.acquire
+
 WAITABLE = (_base.PENDING, _base.RUNNING)
 _FINISHED = _base.FINISHED
 _DONE = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED, _base.FINISHED)
@@ -267,9 +269,7 @@ class PoolFuture(Future[T]):
                     # the Ctrl-C held back: cut there, the callbacks would never
                     # run.)
                     handed = (
-                        by_pool
-                        and not _inline_safe(self._done_callbacks)
-                        and self._ie_pool.run_callbacks_later(self)
+                        by_pool and not _inline_safe(self._done_callbacks) and self._ie_pool.run_callbacks_later(self)
                     )
                     if not handed and LIVE_WAITS:
                         share_live_waits(wake=True)
@@ -318,6 +318,46 @@ class PoolFuture(Future[T]):
         ``concurrent.futures.wait()``) holds them (``_compat.outer_level``)."""
         release_if_owned(self._condition, outer_level(level))
         self._ie_pool.release_leaked_locks(levels)
+
+    def try_settle(self, outcome: tuple[bool, Any], wait: float) -> bool:
+        """Settle the future as the pool does, from a thread other than the main
+        one: with ``outcome`` (True, value), (False, exception), or (False,
+        None) for a task stopped at our request (cancelled).  False, with
+        nothing changed, if the future's lock stays held for ``wait`` seconds
+        (0: not at all): a Ctrl-C inside ``concurrent.futures.wait()`` can leave
+        it held by the main thread for good, and the caller parks the outcome
+        instead of waiting with the whole pool behind it (see
+        ``Resolver.retry_parked``).  True once done, by this call or before.
+        The lock is tried once and held until the state has changed: no gap
+        where the main thread could take it between the two."""
+        cond: FutureCondition = self._condition  # type: ignore[assignment]
+        if not (_acquire(cond, True, wait) if wait > 0 else _acquire(cond, False)):
+            return False
+        try:
+            if self._state in _DONE:
+                return True  # (interrupted, cancelled, or settled by another thread meanwhile)
+            ok, value = outcome
+            if ok:
+                self._result = value
+                self._state = _FINISHED
+                for waiter in self._waiters:
+                    waiter.add_result(self)
+            elif value is not None:
+                self._exception = value
+                self._state = _FINISHED
+                for waiter in self._waiters:
+                    waiter.add_exception(self)
+            else:
+                self._state = _NOTIFIED
+                for waiter in self._waiters:
+                    waiter.add_cancelled(self)
+            if cond._waiters:  # (made only when a thread first waits on it)
+                cond.notify_all()
+        finally:
+            cond.release()
+        if self._done_callbacks and (_inline_safe(self._done_callbacks) or not self._ie_pool.run_callbacks_later(self)):
+            self._invoke_callbacks()
+        return True
 
     def force_cancel(self, by_pool: bool = False) -> bool:
         """Cancel even a running future (its task is being stopped).  False if it

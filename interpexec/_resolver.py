@@ -86,6 +86,11 @@ START_PATIENCE = 0.5
 #: share those CPUs; see _wait_or_grow).
 GROW_AFTER_BUSY = 0.5
 BUSY_SHARE = 0.8
+#: How long a thread other than the main one waits for a future's lock to
+#: settle it before it parks the outcome (see Resolver._park), and how often
+#: the resolver tries parked ones again.
+SETTLE_WAIT = 0.002
+PARK_RETRY = 0.02
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -201,6 +206,8 @@ class Resolver(Workers):
         ``_deliver``), and a future's state change and the wake-ups of its
         waiters are not cut in two (``PoolFuture._finish``).  Done-callbacks run
         here only in the resolver thread; other threads hand them to it."""
+        if self.parked and is_main_thread():
+            self.retry_parked()  # (it may hold their locks itself)
         if (
             not self.inbox
             and not self.arrived
@@ -338,7 +345,14 @@ class Resolver(Workers):
             self._leave_window([tid], msg)
         try:
             if outcome is not None and fut._state == _RUNNING:
-                if outcome[0]:
+                if not is_main_thread():
+                    # (Never waiting long for the future's lock: see _park.
+                    # Not at all while some are parked: locks left held are
+                    # then likely, thousands at once after one interrupted
+                    # wait; a retry comes within PARK_RETRY.)
+                    if not fut.try_settle(outcome, 0 if self.parked else SETTLE_WAIT):
+                        self._park(tid, item, outcome)
+                elif outcome[0]:
                     try:
                         fut.settle_result(outcome[1])
                     except _InvalidStateError:
@@ -346,6 +360,42 @@ class Resolver(Workers):
                 else:
                     self._settle(fut, kind, outcome)
         finally:
+            if fut._state not in WAITABLE:
+                self.unsettled.pop(tid, None)
+                if item.waiter_fd and item.waiter_thread != threading.get_ident():
+                    notify(item.waiter_fd - 1)
+
+    def _park(self, tid: int, item: WorkItem, outcome: tuple[bool, Any]) -> None:
+        """Keep a decoded outcome whose future's lock another thread holds (a
+        thread other than the main one settles with a timeout: see
+        ``PoolFuture.try_settle``).  A Ctrl-C landing in the standard library's
+        loops of ``concurrent.futures.wait()`` over the futures' locks leaves
+        some held by the main thread for good; waiting for one there stopped
+        the whole pool.  The resolver tries again (``retry_parked``) every
+        PARK_RETRY, and does not end while any is parked; the main thread,
+        which can take a lock it holds itself, settles them at its next
+        collect.  The task stays in ``unsettled`` meanwhile."""
+        self.parked[tid] = (item, outcome)
+        if threading.get_ident() != self.resolver_ident:
+            self.wake_resolver()  # (it keeps the time)
+
+    def retry_parked(self) -> None:
+        """Settle the parked outcomes whose futures' locks are free now."""
+        main = is_main_thread()
+        for tid, (item, outcome) in list(self.parked.items()):
+            fut = item.future
+            if fut._state == _RUNNING:
+                if not main:
+                    if not fut.try_settle(outcome, 0):
+                        continue
+                elif outcome[0]:
+                    try:
+                        fut.settle_result(outcome[1])
+                    except _InvalidStateError:
+                        pass
+                else:
+                    self._settle(fut, VALUE, outcome)
+            self.parked.pop(tid, None)
             if fut._state not in WAITABLE:
                 self.unsettled.pop(tid, None)
                 if item.waiter_fd and item.waiter_thread != threading.get_ident():
@@ -493,16 +543,21 @@ class Resolver(Workers):
         rfd, ctl = self.results.rfd, self.ctl
         due = self.callbacks_due
         while True:
+            if self.parked:
+                self.retry_parked()
             if not self.collect() and not due:
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
                 if not self.collect() and not due:
+                    # (With outcomes parked, it wakes to try them again.)
+                    retry_at = time.monotonic() + PARK_RETRY if self.parked else None
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
-                        if self._wait_or_grow(None):
+                        if self._wait_or_grow(None, retry_at):
                             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                     else:
                         self.grow_wait_ms = GROW_AFTER_MS
-                        ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+                        if retry_at is None or wait(rfd, retry_at):
+                            ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                 ctl[COLLECTOR_ASLEEP] = 0
             if due:
                 self.run_callbacks_due()
@@ -518,6 +573,7 @@ class Resolver(Workers):
                     and all(w.retired for w in self.workers.values())
                     and (self.broken or not self.workers or not self.work_left_locked())
                     and not due
+                    and not self.parked
                 ):
                     # (From here on, a thread that settles a future runs its
                     # callbacks itself.)
@@ -589,14 +645,18 @@ class Resolver(Workers):
     # while work is in the window (the dispatcher wakes it if it slept without
     # a deadline), so a call that needs another worker (one the running ones
     # wait for) gets it.
-    def _wait_or_grow(self, deadline: float | None) -> bool | None:
+    def _wait_or_grow(self, deadline: float | None, retry_at: float | None = None) -> bool | None:
         """The resolver's wait on its pipe while the pool may grow: until it is
         readable (True), or the growth deadline passes (False: growth checked).
-        None, without waiting, when ``deadline`` comes first: the caller waits."""
+        None, without waiting, when ``deadline`` comes first: the caller waits.
+        With ``retry_at`` (outcomes parked), no later than that (False: growth
+        checked then too, so that parking does not keep the pool from growing)."""
         at = self.grow_watch()
         step = at[1] + self.grow_wait_ms / 1000
         if deadline is not None and step >= deadline:
             return None
+        if retry_at is not None and retry_at < step:
+            step = retry_at
         self.growing = True
         try:
             readable = wait(self.results.rfd, step)

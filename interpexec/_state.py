@@ -228,6 +228,9 @@ class PoolState:
         # Messages other threads hold while they wait for the pool's lock to
         # handle them, by thread (see Resolver._leave_window):
         self.stalled: dict[int, tuple[Any, ...]] = {}
+        # Outcomes decoded whose futures' locks another thread held, by task id
+        # (see Resolver._park):
+        self.parked: dict[int, tuple[WorkItem, tuple[bool, Any]]] = {}
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from ._compat import is_main_thread, queue_count_if_open
 from ._future import LIVE_WAITS, WAITABLE, PipeWaiter, PoolFuture, share_live_waits
 from ._protocol import INIT_TID
-from ._resolver import Resolver
+from ._resolver import PARK_RETRY, Resolver
 from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import WorkItem
 from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ
@@ -238,6 +238,8 @@ class Waiting(Resolver):
             fut._waiters.append(waiter)
         try:
             while not self.closed:
+                if self.parked:
+                    self.retry_parked()
                 if self.callbacks_due:  # (handed to this thread, which is busy here: run them nested)
                     self.run_callbacks_due()
                 if self.collect() and fut._state not in WAITABLE:
@@ -248,14 +250,19 @@ class Waiting(Resolver):
                 try:
                     if self.collect() or self.callbacks_due or fut._state not in WAITABLE:
                         continue
-                    # (It stands in for the resolver: it grows the pool too.)
+                    # (It stands in for the resolver: it grows the pool too,
+                    # and tries parked outcomes again.)
+                    retry_at = time.monotonic() + PARK_RETRY if self.parked else None
                     if (
                         self.wanted < self.max_workers
                         and (self.inflight or self.pending)
-                        and self._wait_or_grow(deadline) is False
+                        and self._wait_or_grow(deadline, retry_at) is False
                     ):
                         continue
-                    if not wait(rfd, deadline):  # (at once if readable)
+                    until = deadline if retry_at is None or (deadline is not None and deadline < retry_at) else retry_at
+                    if not wait(rfd, until):  # (at once if readable)
+                        if until is retry_at:
+                            continue
                         return 0.0
                     ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
                 finally:

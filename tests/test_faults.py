@@ -2901,3 +2901,42 @@ def test_release_future_locks_finds_the_future_dispatch_is_putting_in_a_call_cel
         assert level == 0
         assert fut.result(timeout=20) == 7
         assert [f.result(timeout=20) for f in blocked] == [None] * len(blocked)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("then", ["result", "shutdown"])
+def test_a_futures_lock_the_main_thread_left_held_holds_up_that_future_only(then):
+    """A Ctrl-C inside ``concurrent.futures.wait()`` or ``as_completed()`` (the
+    standard library takes the futures' locks in a Python loop) can leave some
+    held by the main thread for good: acquired and never released, as done here
+    on purpose.  The resolver waited for such a lock for ever to settle its
+    future, and every result behind it waited too: the pool stopped.  Now that
+    outcome waits aside and the rest flow; the main thread, which can take the
+    lock, settles it in its own ``result()``, and ``shutdown()`` from the main
+    thread releases such locks, so the future completes and its callbacks run."""
+    q = interpexec.Queue()
+    ran = []
+    with InterpreterPoolExecutor(2) as ex:
+        stuck = ex.submit(fh.block_on_queue, q)
+        stuck.add_done_callback(lambda f: ran.append(f.result()))
+        _until(stuck.running, "the stuck call running")
+        stuck._condition.acquire()  # left held, as by a Ctrl-C inside cf.wait()
+        q.put("late")  # (the call returns now: its result waits for that lock)
+        # Results flow to a thread that relies on the resolver (as_completed
+        # waits on the futures' conditions), and so do done-callbacks.
+        others = [ex.submit(fh.ok, i) for i in range(50)]
+        called = threading.Event()
+        others[-1].add_done_callback(lambda f: called.set())
+        got = []
+        consumer = threading.Thread(target=lambda: got.extend(f.result() for f in cf.as_completed(others, timeout=20)))
+        consumer.start()
+        consumer.join(30)
+        assert sorted(got) == list(range(50))
+        assert called.wait(20)
+        assert stuck._state == "RUNNING" and not ran
+        if then == "result":
+            assert stuck.result(timeout=20) == "late"  # (this thread holds the lock: it settles it)
+            stuck._condition.release()
+    # (shutdown: the with block's, from the main thread, releases the lock first)
+    assert stuck.result(timeout=0) == "late"
+    assert ran == ["late"]
