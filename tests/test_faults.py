@@ -2940,3 +2940,85 @@ def test_a_futures_lock_the_main_thread_left_held_holds_up_that_future_only(then
     # (shutdown: the with block's, from the main thread, releases the lock first)
     assert stuck.result(timeout=0) == "late"
     assert ran == ["late"]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("seed", [20261206])
+def test_ctrl_c_storms_inside_cf_wait_leave_the_pool_working(seed):
+    """Seeded: SIGINT every 0.2-2 ms while the main thread loops in
+    ``concurrent.futures.wait()`` and ``as_completed()`` over 1,500 futures
+    still running, catching ``KeyboardInterrupt`` and going on (locks left held
+    by the standard library's loops: up to all of them).  Then the calls
+    finish: a call submitted after them must reach a thread that relies on the
+    resolver, and at the end every future has its value and callbacks ran
+    once.  Before, the pool stalled in the first round."""
+    import random
+    import time
+
+    rng = random.Random(seed)
+    armed = [False]
+
+    def handler(signum, frame):
+        if armed[0]:  # (a second one can land while the first unwinds: that leaves locks held)
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    ran = collections.Counter()
+    everything = []
+    try:
+        with InterpreterPoolExecutor(2) as ex:
+            for _round in range(2):
+                gate = interpexec.Queue()
+                futs = [ex.submit(fh.block_on_queue, gate) for _ in range(1500)]
+                for f in futs:
+                    f.add_done_callback(lambda f: ran.update([id(f)]))
+                everything += futs
+                stop = threading.Event()
+
+                def storm(stop=stop):
+                    while not stop.wait(rng.uniform(0.0002, 0.002)):
+                        os.kill(os.getpid(), signal.SIGINT)
+
+                t = threading.Thread(target=storm, daemon=True)
+                t.start()
+                interrupts = 0
+                end = time.monotonic() + 1.0
+                released = False
+                try:
+                    while time.monotonic() < end:
+                        try:
+                            armed[0] = True
+                            if rng.random() < 0.5:
+                                cf.wait(futs, timeout=0.02)
+                            else:
+                                for _ in cf.as_completed(futs, timeout=0.02):
+                                    pass
+                            armed[0] = False
+                        except KeyboardInterrupt:
+                            armed[0] = False  # (first: no call before it, so no handler runs there)
+                            interrupts += 1
+                        except cf.TimeoutError:
+                            armed[0] = False
+                    stop.set()
+                    t.join()
+                    assert interrupts > 10  # (the storm reached the waits)
+                finally:
+                    armed[0] = False
+                    stop.set()
+                    for i in range(1500):  # (even on a failure: shutdown waits for the calls)
+                        gate.put(i)
+                    released = True
+                assert released
+                new = ex.submit(fh.ok, "new")
+                with cf.ThreadPoolExecutor(1) as helper:  # (relies on the resolver)
+                    got = helper.submit(_values_as_completed, [new]).result(40)
+                assert got == ["new"], "the pool stalled"
+    finally:
+        signal.signal(signal.SIGINT, old)
+    # (The with block's shutdown, from the main thread, released the locks left held.)
+    assert sorted(f.result(timeout=0) for f in everything) == sorted(list(range(1500)) * 2)
+    assert all(ran[id(f)] == 1 for f in everything)
+
+
+def _values_as_completed(fs):
+    return [f.result() for f in cf.as_completed(fs, timeout=30)]
