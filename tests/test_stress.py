@@ -349,7 +349,8 @@ def _run_seeded(tmp_path, source: str, seconds: float, rerun: str) -> tuple[subp
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         proc = subprocess.run(
-            [sys.executable, str(script), str(SEED), str(seconds)],
+            # (-X faulthandler: a crash prints every thread's stack to the report.)
+            [sys.executable, "-X", "faulthandler", str(script), str(SEED), str(seconds)],
             capture_output=True,
             text=True,
             timeout=seconds + 100,
@@ -442,9 +443,12 @@ STORM_SCRIPT = textwrap.dedent(
                 except (KeyboardInterrupt, RuntimeError) as exc:
                     # (RuntimeError: a KeyboardInterrupt inside threading's own
                     # Event.wait, in Thread.start(), makes its with release an
-                    # unlocked lock: CPython's, not the pool's.)
+                    # unlocked lock: CPython's, not the pool's.  3.15 words it
+                    # "cannot release un-acquired lock".)
                     state["armed"] = False
-                    if isinstance(exc, RuntimeError) and "unlocked lock" not in str(exc):
+                    if isinstance(exc, RuntimeError) and not (
+                        "unlocked lock" in str(exc) or "un-acquired lock" in str(exc)
+                    ):
                         raise
                     state["kbd"] += 1
         finally:
