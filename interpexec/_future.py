@@ -324,14 +324,15 @@ class PoolFuture(Future[T]):
         one: with ``outcome`` (True, value), (False, exception), or (False,
         None) for a task stopped at our request (cancelled).  False, with
         nothing changed, if the future's lock stays held for ``wait`` seconds
-        (0: not at all): a Ctrl-C inside ``concurrent.futures.wait()`` can leave
+        (0: not at all; negative: no limit): a Ctrl-C inside
+        ``concurrent.futures.wait()`` can leave
         it held by the main thread for good, and the caller parks the outcome
         instead of waiting with the whole pool behind it (see
         ``Resolver.retry_parked``).  True once done, by this call or before.
         The lock is tried once and held until the state has changed: no gap
         where the main thread could take it between the two."""
         cond: FutureCondition = self._condition  # type: ignore[assignment]
-        if not (_acquire(cond, True, wait) if wait > 0 else _acquire(cond, False)):
+        if not (_acquire(cond, True, wait) if wait else _acquire(cond, False)):  # (wait < 0: no limit)
             return False
         try:
             if self._state in _DONE:

@@ -376,8 +376,17 @@ class Resolver(Workers):
         which can take a lock it holds itself, settles them at its next
         collect.  The task stays in ``unsettled`` meanwhile."""
         self.parked[tid] = (item, outcome)
-        if threading.get_ident() != self.resolver_ident:
-            self.wake_resolver()  # (it keeps the time)
+        if threading.get_ident() == self.resolver_ident:
+            return
+        # The resolver ends with a last look at ``parked`` after it closed the
+        # hand-over (``callbacks_closed``): parked before that, it is seen; if
+        # the hand-over is closed now, take it back (one C call, so exactly one
+        # of the two has it) and wait for the lock here, as nobody would retry.
+        if self.callbacks_closed:
+            if self.parked.pop(tid, None) is not None:
+                item.future.try_settle(outcome, -1)
+            return
+        self.wake_resolver()  # (it keeps the time)
 
     def retry_parked(self) -> None:
         """Settle the parked outcomes whose futures' locks are free now."""
@@ -580,6 +589,10 @@ class Resolver(Workers):
                     self.callbacks_closed = True
                     break
         self.collect()
+        while self.parked:  # (the last take can park some: they must not be lost)
+            self.retry_parked()
+            if self.parked and wait(rfd, time.monotonic() + PARK_RETRY):
+                ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
         self.run_callbacks_due()  # (handed over before the hand-over closed)
         with self.lock:
             self.resolver_finished = True
