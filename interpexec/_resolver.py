@@ -61,7 +61,7 @@ from ._protocol import (
     VALUE,
 )
 from ._shared import relend
-from ._sigint import defer_sigint
+from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import LIVE_POOLS, WorkItem
 from ._transport import (
     COLLECTOR_ASLEEP,
@@ -91,6 +91,7 @@ BUSY_SHARE = 0.8
 #: the resolver tries parked ones again.
 SETTLE_WAIT = 0.002
 PARK_RETRY = 0.02
+PARK_RETRY_MAX = 1.0
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -376,6 +377,7 @@ class Resolver(Workers):
         which can take a lock it holds itself, settles them at its next
         collect.  The task stays in ``unsettled`` meanwhile."""
         self.parked[tid] = (item, outcome)
+        self.park_retry = PARK_RETRY
         if threading.get_ident() == self.resolver_ident:
             return
         # The resolver ends with a last look at ``parked`` after it closed the
@@ -388,27 +390,32 @@ class Resolver(Workers):
             return
         self.wake_resolver()  # (it keeps the time)
 
-    def retry_parked(self) -> None:
-        """Settle the parked outcomes whose futures' locks are free now."""
-        main = is_main_thread()
+    def retry_parked(self) -> bool:
+        """Settle the parked outcomes whose futures' locks are free now (never
+        waiting for one: the main thread too only takes a lock it holds itself,
+        or a free one; another thread inside ``concurrent.futures.wait()`` may
+        hold some while it waits for one the main thread holds).  True if any
+        was settled.  In the main thread each one is a step a Ctrl-C cannot cut
+        (cut after the pop, the wake-up of a thread waiting in ``result()``
+        was lost).  The resolver's interval between tries doubles while none
+        settles, up to PARK_RETRY_MAX (locks the main thread left held are
+        only ever released by the main thread)."""
+        main, me = is_main_thread(), threading.get_ident()
+        settled = False
         for tid, (item, outcome) in list(self.parked.items()):
             fut = item.future
-            if fut._state == _RUNNING:
-                if not main:
-                    if not fut.try_settle(outcome, 0):
-                        continue
-                elif outcome[0]:
-                    try:
-                        fut.settle_result(outcome[1])
-                    except _InvalidStateError:
-                        pass
-                else:
-                    self._settle(fut, VALUE, outcome)
-            self.parked.pop(tid, None)
-            if fut._state not in WAITABLE:
-                self.unsettled.pop(tid, None)
-                if item.waiter_fd and item.waiter_thread != threading.get_ident():
-                    notify(item.waiter_fd - 1)
+            with defer_sigint() if main else NOT_DEFERRED:
+                if fut._state == _RUNNING and not fut.try_settle(outcome, 0):
+                    continue
+                settled = True
+                self.parked.pop(tid, None)
+                if fut._state not in WAITABLE:
+                    self.unsettled.pop(tid, None)
+                    if item.waiter_fd and item.waiter_thread != me:
+                        notify(item.waiter_fd - 1)
+        if me == self.resolver_ident:
+            self.park_retry = PARK_RETRY if settled else min(2 * self.park_retry, PARK_RETRY_MAX)
+        return settled
 
     def _leave_window(self, tids: list[int], msg: tuple[Any, ...] | None = None) -> None:
         """Move the tasks ``tids`` out of the window (in flight -> unsettled,
@@ -552,14 +559,15 @@ class Resolver(Workers):
         rfd, ctl = self.results.rfd, self.ctl
         due = self.callbacks_due
         while True:
-            if self.parked:
-                self.retry_parked()
-            if not self.collect() and not due:
+            # (Parked outcomes settled here may be all it waited for to end:
+            # it then looks at the end below before it sleeps with no deadline.)
+            settled = bool(self.parked) and self.retry_parked()
+            if not self.collect() and not due and not settled:
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
                 if not self.collect() and not due:
                     # (With outcomes parked, it wakes to try them again.)
-                    retry_at = time.monotonic() + PARK_RETRY if self.parked else None
+                    retry_at = time.monotonic() + self.park_retry if self.parked else None
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
                         if self._wait_or_grow(None, retry_at):
                             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
@@ -591,7 +599,7 @@ class Resolver(Workers):
         self.collect()
         while self.parked:  # (the last take can park some: they must not be lost)
             self.retry_parked()
-            if self.parked and wait(rfd, time.monotonic() + PARK_RETRY):
+            if self.parked and wait(rfd, time.monotonic() + self.park_retry):
                 ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
         self.run_callbacks_due()  # (handed over before the hand-over closed)
         with self.lock:

@@ -231,6 +231,7 @@ class PoolState:
         # Outcomes decoded whose futures' locks another thread held, by task id
         # (see Resolver._park):
         self.parked: dict[int, tuple[WorkItem, tuple[bool, Any]]] = {}
+        self.park_retry = 0.02  # the resolver's interval between tries (see Resolver.retry_parked)
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

@@ -126,6 +126,7 @@ class Stopper(Waiting):
 
     def terminate(self) -> None:
         """Cancel pending work, fail queued work, stop running tasks, stop workers."""
+        self.release_future_locks()  # (as shutdown() does: see there)
         with self.lock:
             self.shutdown_flag = True
             pending = [item.future for item in self.pending]
@@ -205,6 +206,7 @@ class Stopper(Waiting):
         self.pending.clear()
         self.inflight.clear()
         self.unsettled.clear()
+        self.parked.clear()  # (the parent's resolver settles those)
         self.inbox = collections.deque()
         self.arrived = collections.deque()
         self.held = collections.deque()

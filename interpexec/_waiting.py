@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from ._compat import is_main_thread, queue_count_if_open
 from ._future import LIVE_WAITS, WAITABLE, PipeWaiter, PoolFuture, share_live_waits
 from ._protocol import INIT_TID
-from ._resolver import PARK_RETRY, Resolver
+from ._resolver import Resolver
 from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import WorkItem
 from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ
@@ -252,7 +252,7 @@ class Waiting(Resolver):
                         continue
                     # (It stands in for the resolver: it grows the pool too,
                     # and tries parked outcomes again.)
-                    retry_at = time.monotonic() + PARK_RETRY if self.parked else None
+                    retry_at = time.monotonic() + self.park_retry if self.parked else None
                     if (
                         self.wanted < self.max_workers
                         and (self.inflight or self.pending)

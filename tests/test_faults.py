@@ -3022,3 +3022,70 @@ def test_ctrl_c_storms_inside_cf_wait_leave_the_pool_working(seed):
 
 def _values_as_completed(fs):
     return [f.result() for f in cf.as_completed(fs, timeout=30)]
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_returns_once_a_result_waiting_aside_for_a_lock_settles():
+    """A result arrives while another thread holds its future's lock (here a
+    thread that took it and keeps it a while): the outcome waits aside.  The
+    workers end meanwhile (a shutdown), and the resolver, which settled the
+    outcome at a retry, then slept with no deadline: nothing would wake it
+    again, and ``shutdown(wait=True)`` never returned.  (Found by review.)"""
+    q = interpexec.Queue()
+    ex = InterpreterPoolExecutor(2)
+    x = ex.submit(fh.block_on_queue, q)
+    _until(x.running, "x running")
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with x._condition:
+            held.set()
+            release.wait(20)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    q.put("late")
+    _until(lambda: ex._pool.parked, "the outcome parked")
+    done = threading.Event()
+    stopper = threading.Thread(target=lambda: (ex.shutdown(wait=True), done.set()))
+    stopper.start()
+    _until(lambda: not ex._pool.workers, "the workers gone")
+    release.set()
+    holder.join(10)
+    assert done.wait(20), "shutdown(wait=True) did not return"
+    assert x.result(timeout=0) == "late"
+
+
+@pytest.mark.timeout(60)
+def test_the_main_thread_never_waits_for_a_lock_another_thread_holds_to_settle_a_parked_outcome():
+    """A thread inside ``cf.wait()`` took future M's lock and blocks on L's,
+    which the main thread left held (a Ctrl-C in an earlier wait): M's result
+    waits aside.  The main thread's next collect (here an unrelated
+    ``result()``) settled parked outcomes waiting for their locks, M's too:
+    it waited for that thread, which waits for it.  (Found by review.)"""
+    q1, q2 = interpexec.Queue(), interpexec.Queue()
+    with InterpreterPoolExecutor(2) as ex:
+        a, b = ex.submit(fh.block_on_queue, q1), ex.submit(fh.block_on_queue, q2)
+        _until(lambda: a.running() and b.running(), "both running")
+        (fm, qm), (fl, ql) = sorted([(a, q1), (b, q2)], key=lambda p: id(p[0]))  # (cf.wait takes them in id order)
+        fl._condition.acquire()  # left held, as by a Ctrl-C inside cf.wait()
+        waiter = threading.Thread(target=lambda: cf.wait([fm, fl]), daemon=True)
+        try:
+            waiter.start()
+            _until(lambda: _taken_by_another_thread(fm._condition), "M's lock taken by the waiting thread")
+            qm.put("m")
+            _until(lambda: ex._pool.parked, "M's outcome parked")
+            assert ex.submit(fh.ok, 42).result(timeout=10) == 42
+        finally:
+            fl._condition.release()
+            ql.put("l")
+            waiter.join(10)
+        assert (fm.result(timeout=10), fl.result(timeout=10)) == ("m", "l")
+
+
+def _taken_by_another_thread(lock):
+    if lock.acquire(False):
+        lock.release()
+        return False
+    return True
