@@ -9,6 +9,7 @@ process exit (CPython cannot finalize while an interpreter runs code).
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 from ._compat import os_thread_started
@@ -93,6 +94,10 @@ class Workers(Dispatcher):
             self.wanted = self.max_workers
             self.start_locked()
         self.after_start()
+        # (Not on the resolver thread, in a done-callback: the workers' "started"
+        # reports come through the results it delivers.)
+        if wait and threading.get_ident() == self.resolver_ident:
+            return
         with self.lock:
             if wait:
                 while self.broken is None and not self._all_ready_locked():

@@ -591,6 +591,9 @@ class Resolver(Workers):
                     and (self.broken or not self.workers or not self.work_left_locked())
                     and not due
                     and not self.parked
+                    # (A result another thread took and is settling: its
+                    # callbacks come here, once the future is done.)
+                    and not any(i.future._state in WAITABLE for i in self.unsettled.values())
                 ):
                     # (From here on, a thread that settles a future runs its
                     # callbacks itself.)
@@ -608,8 +611,9 @@ class Resolver(Workers):
 
     def run_callbacks_later(self, fut: PoolFuture[Any]) -> bool:
         """Hand ``fut``'s done-callbacks to the resolver thread (``fut`` is done).
-        False if that is this thread, or none will run them (not started, or
-        finished): the caller runs them.  See ``PoolFuture._finish``.
+        False if that is this thread (and no done-callback of its waits in
+        ``result()``), or none will run them (not started, or finished): the
+        caller runs them.  See ``PoolFuture._finish``.
 
         No lock per future (a burst delivered by one thread hands over
         thousands): the resolver is woken only when no wake-up is on its way
@@ -618,7 +622,7 @@ class Resolver(Workers):
         ends meanwhile has closed the hand-over before its last look: a future
         appended after that look is taken back here (one C call each, so
         exactly one of the two has it)."""
-        if threading.get_ident() == self.resolver_ident:
+        if threading.get_ident() == self.resolver_ident and not self.nested_waits:
             return False
         if self.resolver_thread is None or self.callbacks_closed or self.forked:
             return False

@@ -91,6 +91,11 @@ class Stopper(Waiting):
         views of its buffers.  The workers end once the handler returns."""
         if _compat.lock_level(self.collect_lock):
             return
+        if threading.get_ident() == self.resolver_ident:
+            # (A done-callback: this thread delivers the results the workers
+            # wait on to go on; it cannot wait for them too.  They end once
+            # the callback returns.)
+            return
         me = threading.current_thread()
         ended: set[threading.Thread] = set()
         grace_end: float | None = None

@@ -236,19 +236,21 @@ class Waiting(Resolver):
             if fut._state not in WAITABLE:
                 return timeout
             fut._waiters.append(waiter)
+        # Done-callbacks of what it delivers meanwhile wait until the callback
+        # that waits here returns (see run_callbacks_later): run nested, they
+        # ran inside its critical sections, out of order, and without bound.
+        self.nested_waits += 1
         try:
             while not self.closed:
                 if self.parked:
                     self.retry_parked()
-                if self.callbacks_due:  # (handed to this thread, which is busy here: run them nested)
-                    self.run_callbacks_due()
                 if self.collect() and fut._state not in WAITABLE:
                     break
                 if fut._state not in WAITABLE:
                     break
                 ctl[COLLECTOR_ASLEEP] = 1
                 try:
-                    if self.collect() or self.callbacks_due or fut._state not in WAITABLE:
+                    if self.collect() or fut._state not in WAITABLE:
                         continue
                     # (It stands in for the resolver: it grows the pool too,
                     # and tries parked outcomes again.)
@@ -268,6 +270,7 @@ class Waiting(Resolver):
                 finally:
                     ctl[COLLECTOR_ASLEEP] = 0
         finally:
+            self.nested_waits -= 1
             with fut._condition:
                 fut._waiters.remove(waiter)
         return None if deadline is None else max(0.0, deadline - time.monotonic())
