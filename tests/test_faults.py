@@ -3089,3 +3089,58 @@ def _taken_by_another_thread(lock):
         lock.release()
         return False
     return True
+
+
+@pytest.mark.timeout(60)
+def test_a_callback_waiting_in_result_never_runs_another_callback_inside_itself():
+    """Callback X, on the resolver, holds a lock and waits in ``result()`` for G;
+    G's done-callback Y takes that lock.  The resolver went on delivering while
+    X waited, and ran Y nested inside X: it waited for itself for ever (with
+    an RLock, Y ran inside X's critical section).  Y now runs once X returns.
+    (Found by review.)"""
+    lock, order = threading.Lock(), []
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(2) as ex:
+        g = ex.submit(fh.block_on_queue, q)
+        _until(g.running, "g running")
+
+        def y(f):
+            with lock:
+                order.append("Y")
+
+        def x(f):
+            with lock:
+                order.append("X waits")
+                q.put("g")
+                order.append(g.result(timeout=20))
+
+        g.add_done_callback(y)
+        ex.submit(fh.ok, 1).add_done_callback(x)
+        _until(lambda: len(order) == 3, "both callbacks ran")
+    assert order == ["X waits", "g", "Y"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("call", ["shutdown", "prestart"])
+def test_waiting_pool_calls_in_a_done_callback_return(call):
+    """``shutdown(wait=True)`` or ``prestart(wait=True)`` in a done-callback
+    (run on the resolver) waited for results only the resolver delivers:
+    with more calls than the window, for ever.  They return without waiting,
+    and the work finishes after the callback.  (Found by review.)"""
+    ex = InterpreterPoolExecutor(1)
+    returned = threading.Event()
+
+    def callback(f):
+        if call == "shutdown":
+            ex.shutdown(wait=True)
+        else:
+            ex.prestart(wait=True)
+        returned.set()
+
+    fs = [ex.submit(fh.ok, i) for i in range(50)]
+    fs[0].add_done_callback(callback)
+    try:
+        assert returned.wait(30), f"{call}(wait=True) in a done-callback did not return"
+        assert [f.result(timeout=30) for f in fs] == list(range(50))
+    finally:
+        ex.shutdown(wait=True)
