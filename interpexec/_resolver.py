@@ -593,7 +593,8 @@ class Resolver(Workers):
                     and not self.parked
                     # (A result another thread took and is settling: its
                     # callbacks come here, once the future is done.)
-                    and not any(i.future._state in WAITABLE for i in self.unsettled.values())
+                    # (A copy first: other threads change it without the lock.)
+                    and not any(i.future._state in WAITABLE for i in list(self.unsettled.values()))
                 ):
                     # (From here on, a thread that settles a future runs its
                     # callbacks itself.)
