@@ -268,9 +268,7 @@ class PoolFuture(Future[T]):
                     # (Handed over, or what _invoke_callbacks does first, with
                     # the Ctrl-C held back: cut there, the callbacks would never
                     # run.)
-                    handed = (
-                        by_pool and not _inline_safe(self._done_callbacks) and self._ie_pool.run_callbacks_later(self)
-                    )
+                    handed = by_pool and self._hand_over_callbacks()
                     if not handed and LIVE_WAITS:
                         share_live_waits(wake=True)
         finally:
@@ -356,9 +354,15 @@ class PoolFuture(Future[T]):
                 cond.notify_all()
         finally:
             cond.release()
-        if self._done_callbacks and (_inline_safe(self._done_callbacks) or not self._ie_pool.run_callbacks_later(self)):
+        if self._done_callbacks and not self._hand_over_callbacks():
             self._invoke_callbacks()
         return True
+
+    def _hand_over_callbacks(self) -> bool:
+        """For a future the pool just settled, with done-callbacks: hand them to
+        the resolver thread (True), unless they only wake an event loop
+        (``INLINE_CALLBACKS``) or no resolver takes them: the caller runs them."""
+        return not _inline_safe(self._done_callbacks) and self._ie_pool.run_callbacks_later(self)
 
     def force_cancel(self, by_pool: bool = False) -> bool:
         """Cancel even a running future (its task is being stopped).  False if it
@@ -373,12 +377,7 @@ class PoolFuture(Future[T]):
             for waiter in self._waiters:
                 waiter.add_cancelled(self)
             self._condition.notify_all()
-        if not (
-            by_pool
-            and self._done_callbacks
-            and not _inline_safe(self._done_callbacks)
-            and self._ie_pool.run_callbacks_later(self)
-        ):
+        if not (by_pool and self._done_callbacks and self._hand_over_callbacks()):
             self._invoke_callbacks()
         return True
 
