@@ -44,6 +44,9 @@ class Dispatcher(PoolState):
         failed: list[tuple[WorkItem, BaseException]] = []
         if self.closed:
             return failed
+        if self.limbo:
+            self.repair_limbo_locked()
+            failed, self.repair_failed = self.repair_failed, failed
         pending, inflight, ctl = self.pending, self.inflight, self.ctl
         item: WorkItem | None = None
         # The item on its way from ``pending`` to ``inflight`` is ``dispatching``
@@ -103,11 +106,14 @@ class Dispatcher(PoolState):
         except BaseException:
             # A Ctrl-C landed in the caller's thread (the main one) mid-dispatch:
             # leave the item where it belongs, so that its future still resolves.
-            if item is not None:
-                self._repair(item)
-            else:  # (between two items: the last one's wake-up may not be written)
-                self._wake_a_worker(force=True)
+            # It is recorded first, in one C call (no bytecode between the
+            # exception and that call runs a signal handler): a second exception
+            # from a handler, landing anywhere in the repair, leaves it recorded
+            # for the next dispatch to repair.  (None: between two items, the
+            # last one's wake-up may not be written.)
+            self.limbo.append(item)
             self.dispatching = outer
+            self.repair_limbo_locked()
             raise
         if self.shutdown_flag and not pending and self.stops_sent < self.active:
             for _ in range(self.active - self.stops_sent):
@@ -153,19 +159,47 @@ class Dispatcher(PoolState):
             if owners[tid & mask] == tid:
                 owners[tid & mask] = 0
 
+    def repair_limbo_locked(self) -> None:
+        """Put the items a dispatch left in ``limbo`` (see the end of
+        dispatch_locked) back where they belong.  A signal handler can run
+        between any two steps here, and nest a dispatch that repairs the same
+        items: each repair is idempotent, and an item leaves ``limbo`` only
+        after its repair."""
+        limbo = self.limbo
+        for item in list(limbo):
+            if item is None:
+                self._wake_a_worker(force=True)
+            else:
+                self._repair(item)
+            try:
+                limbo.remove(item)
+            except ValueError:  # (a nested repair took it out)
+                pass
+
     def _repair(self, item: WorkItem) -> None:
-        """Put an item a KeyboardInterrupt caught between two steps of dispatch
-        back in a consistent place.  (Signals are handled between bytecodes after
-        calls, so an item in ``inflight`` was put on the queue.)"""
-        if item.tid in self.inflight:
+        """Put an item an exception caught between two steps of dispatch back in
+        a consistent place; a no-op for one already there.  (Signal handlers run
+        when a Python function starts, after a call returns and at a backward
+        jump, so an item in ``inflight`` was put on the queue, and each branch
+        below changes the item's place with no such point in between.)"""
+        tid = item.tid
+        if tid in self.inflight:
             self._wake_a_worker(force=True)
-        elif item.tid in self.unsettled:
+        elif tid in self.unsettled or tid in self.parked:
             pass  # sent, and its result already taken (by a collect nested in a signal handler)
         elif item.future._state == _base.PENDING:
-            self.pending.appendleft(item)
+            if item not in self.pending:
+                self.pending.appendleft(item)
         elif item.future._state == _base.RUNNING:
-            self.inflight[item.tid] = item
-            self._put_task(item.msg)
+            self.ctl[TASKS_PUT] += 1
+            self.inflight[tid] = item
+            try:
+                QUEUE_PUT(self.tasks.qid, item.msg, *QUEUE_PUT_TAIL)
+            except Exception as exc:  # (its first put failed the same way)
+                del self.inflight[tid]
+                self.ctl[TASKS_PUT] -= 1
+                self.repair_failed.append((item, exc))
+                return
             self._wake_a_worker(force=True)
 
     def _put_task(self, msg: Any) -> None:

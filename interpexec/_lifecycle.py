@@ -196,6 +196,7 @@ class Workers(Dispatcher):
                 return
             self.broken = message
             self.broken_cause = cause
+            self.repair_limbo_locked()  # (first: its items go where they are failed below)
             waiting = list(self.pending)
             # Calls no worker has taken yet do not run: their futures fail here
             # (as ProcessPoolExecutor's workers end with a broken pool).

@@ -451,7 +451,8 @@ class Resolver(Workers):
                     unsettled[tid] = item
                     if inflight.pop(tid, None) is item:
                         self.completed += 1
-            failed = self.dispatch_locked() if self.pending or self.shutdown_flag else None
+            redo = self.limbo or self.repair_failed  # (see Dispatcher.repair_limbo_locked)
+            failed = self.dispatch_locked() if self.pending or self.shutdown_flag or redo else None
         finally:
             lock.release()
         if failed:
@@ -542,8 +543,10 @@ class Resolver(Workers):
         """Whether queued work is still to run: a future not done, pending or in
         the window.  (A task a retired worker is stuck in has a done future: it
         was interrupted, cancelled, or failed at its deadline.)"""
-        return any(i.future._state in WAITABLE for i in self.inflight.values()) or any(
-            i.future._state in WAITABLE for i in self.pending
+        return (
+            any(i.future._state in WAITABLE for i in self.inflight.values())
+            or any(i.future._state in WAITABLE for i in self.pending)
+            or bool(self.limbo or self.repair_failed)
         )
 
     # ------------------------------------------------------ the resolver thread

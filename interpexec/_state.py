@@ -220,6 +220,10 @@ class PoolState:
         self.start_error: Exception | None = None  # why the last worker start failed
         self.collect_lock = RLock()
         self.dispatching: WorkItem | None = None  # the item dispatch is moving from pending to inflight
+        # Items (None: a wake-up) a dispatch cut short by an exception left to
+        # repair, and those whose repair failed (see Dispatcher.repair_limbo_locked):
+        self.limbo: list[WorkItem | None] = []
+        self.repair_failed: list[tuple[WorkItem, BaseException]] = []
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()
@@ -283,6 +287,7 @@ class PoolState:
         dispatching = self.dispatching
         if dispatching is not None:
             items.append(dispatching)
+        items += [item for item in list(self.limbo) if item is not None]
         items += list(self.inflight.values())
         items += list(self.unsettled.values())
         for item in items:

@@ -134,6 +134,7 @@ class Stopper(Waiting):
         self.release_future_locks()  # (as shutdown() does: see there)
         with self.lock:
             self.shutdown_flag = True
+            self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
             pending = [item.future for item in self.pending]
             self.pending.clear()
         for fut in pending:
@@ -217,6 +218,8 @@ class Stopper(Waiting):
         self.held = collections.deque()
         self.stalled = {}
         self.dispatching = None
+        self.limbo = []
+        self.repair_failed = []
         self.closed = True
         self.parking = False
         self.shutdown_flag = True

@@ -128,6 +128,10 @@ class Waiting(Resolver):
         me = threading.get_ident()
         if me == self.resolver_ident:
             return self._resolve_until(fut, timeout)
+        if self.limbo or self.repair_failed:  # (rare: see Dispatcher.repair_limbo_locked)
+            with self.lock:
+                failed = self.dispatch_locked()
+            self.fail_items(failed)
         watch = self.watch(fut, me)
         if watch is None:
             if me in LIVE_WAITS:  # nested in this thread's own wait (it may be for fut)

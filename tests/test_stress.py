@@ -384,8 +384,9 @@ def test_randomised_stress(tmp_path):
 # lock the main thread held while its handler waited for the pool's lock, and
 # on 3.14 futures' locks left held by a Ctrl-C right after a ``with`` took them
 # (each stalled or hung the pool).  Every future submitted must resolve with its
-# own arguments, and the pool must shut down.  (Not covered: a second exception
-# from a handler landing inside the pool's repair of the first.)
+# own arguments, and the pool must shut down.  (A handler raises once per
+# arming; test_hostile's "repair" step test lands a second Ctrl-C at each step
+# of the pool's repair of the first.)
 STORM_SCRIPT = textwrap.dedent(
     """
     import faulthandler, random, signal, sys, time
@@ -408,9 +409,7 @@ STORM_SCRIPT = textwrap.dedent(
                 state["calls"] += 1
                 r = rng.random()
                 if state["armed"] and r < 0.2:
-                    # (Once per arming: a second exception landing inside the
-                    # pool's repair of the first can lose a task, and does,
-                    # once in a few hundred seconds of this storm.)
+                    # (Once per arming: see the comment above.)
                     state["armed"] = False
                     raise KeyboardInterrupt
                 args = ("h", state["calls"], "x" * (state["calls"] % 230))
