@@ -14,11 +14,10 @@ import warnings
 
 from ._compat import os_thread_started
 from ._dispatch import Dispatcher
-from ._future import set_exception_if_running, start_running
+from ._future import start_running_locked
 from ._protocol import WorkerSettings
 from ._sigint import defer_sigint
 from ._state import WorkItem
-from ._wakeup import notify
 from ._worker import Worker
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -184,11 +183,7 @@ class Workers(Dispatcher):
             warnings.warn(why, RuntimeWarning, stacklevel=1)
 
     def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:
-        """Fail futures that could not be dispatched (no lock held: callbacks run)."""
-        for item, exc in failed:
-            set_exception_if_running(item.future, exc)
-            if item.waiter_fd:
-                notify(item.waiter_fd - 1)
+        raise NotImplementedError  # provided by Resolver (a failure may wait aside, as a result does)
 
     def set_broken(self, message: str, cause: BaseException | None) -> None:
         with self.lock:
@@ -207,10 +202,11 @@ class Workers(Dispatcher):
             self.shutdown_flag = True
             failed = self.dispatch_locked()  # sends STOP to the workers still alive
             self.ready.notify_all()
+            # Never dispatched: still PENDING, unless cancelled.  (Under the
+            # pool's lock, so as not to wait for a future's lock another thread
+            # may hold for good: see start_running_locked.)
+            doomed += [item for item in waiting if start_running_locked(item.future)]
         self.fail_items(failed)
-        for item in waiting:  # never dispatched: still PENDING (unless cancelled)
-            if start_running(item.future):
-                doomed.append(item)
         error = self.broken_error()
         self.fail_items([(item, error) for item in doomed])
         self.after_worker_exit()  # the resolver notices and ends

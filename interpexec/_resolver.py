@@ -46,7 +46,7 @@ from ._compat import (
     start_thread_object,
 )
 from ._errors import explain_missing_main_global, unpack_exception
-from ._future import WAITABLE, PipeWaiter, PoolFuture
+from ._future import WAITABLE, PipeWaiter, PoolFuture, set_exception_if_running
 from ._lifecycle import Workers, warn_threads_left
 from ._protocol import (
     ERR,
@@ -365,6 +365,22 @@ class Resolver(Workers):
                 self.unsettled.pop(tid, None)
                 if item.waiter_fd and item.waiter_thread != threading.get_ident():
                     notify(item.waiter_fd - 1)
+
+    def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:
+        """Fail futures that could not be dispatched or run (no pool lock held:
+        callbacks may run).  As for a result (see ``_handle``), a thread other
+        than the main one only tries a future's lock, and parks the failure
+        when another thread holds it (a pool breaking while the main thread
+        held one for good stopped the resolver, and every future after it)."""
+        main = is_main_thread()
+        for item, exc in failed:
+            fut = item.future
+            if main:
+                set_exception_if_running(fut, exc)
+            elif fut._state == _RUNNING and not fut.try_settle((False, exc), 0 if self.parked else SETTLE_WAIT):
+                self._park(item.tid, item, (False, exc))
+            if item.waiter_fd:
+                notify(item.waiter_fd - 1)
 
     def _park(self, tid: int, item: WorkItem, outcome: tuple[bool, Any]) -> None:
         """Keep a decoded outcome whose future's lock another thread holds (a

@@ -166,6 +166,11 @@ def block_on_queue(q):
     return q.get()  # no timeout: only an interrupt can end it
 
 
+def say_then_block_on_queue(said, q):
+    said.put("started")
+    return q.get()
+
+
 def import_module(name):
     import importlib
 
@@ -186,3 +191,9 @@ def block_reading(started_fd, rfd):
 
     os.write(started_fd, b"%d\n" % _thread.get_native_id())
     return os.read(rfd, 1)
+
+
+def init_fails_once_marked(path):
+    """An initializer that fails once the file ``path`` exists."""
+    if os.path.exists(path):
+        raise RuntimeError("the initializer fails now")

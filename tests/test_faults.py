@@ -2942,6 +2942,45 @@ def test_a_futures_lock_the_main_thread_left_held_holds_up_that_future_only(then
     assert ran == ["late"]
 
 
+@pytest.mark.timeout(60)
+def test_a_pool_breaking_while_the_main_thread_holds_a_futures_lock_fails_the_others(tmp_path):
+    """The pool breaks (its next interpreter's initializer fails) while the main
+    thread holds, as a Ctrl-C inside ``concurrent.futures.wait()`` can leave it,
+    the lock of a call still queued.  The resolver, which fails the queued
+    calls, waited for that lock for ever: every call after it stayed pending,
+    and a thread waiting on them waited for ever.  Now that failure waits aside
+    and the others fail at once; the held one fails once the lock is let go."""
+    mark = tmp_path / "fail-now"
+    q = interpexec.Queue()
+    ex = InterpreterPoolExecutor(1, initializer=fh.init_fails_once_marked, initargs=(str(mark),), max_tasks_per_child=1)
+    try:
+        said = interpexec.Queue()
+        first = ex.submit(fh.say_then_block_on_queue, said, q)
+        assert said.get(timeout=20) == "started"  # (its interpreter's initializer ran)
+        held = ex.submit(fh.ok, 1)  # (queued behind it)
+        others = [ex.submit(fh.ok, i) for i in range(2, 6)]
+        held._condition.acquire()  # left held, as by a Ctrl-C inside cf.wait()
+        try:
+            mark.touch()
+            q.put("x")  # the first call returns; the worker's next interpreter fails to start
+            got = []
+            waiter = threading.Thread(target=lambda: got.append(cf.wait(others, timeout=30)))
+            waiter.start()
+            waiter.join(40)
+            assert got and not got[0].not_done, [f._state for f in others]
+            for f in others:
+                with pytest.raises(BrokenInterpreterPool):
+                    f.result(timeout=0)
+            assert first.result(timeout=0) == "x"
+            assert not held.done()
+        finally:
+            held._condition.release()
+        with pytest.raises(BrokenInterpreterPool):
+            held.result(timeout=20)
+    finally:
+        ex.shutdown(wait=True)
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("seed", [20261206])
 def test_ctrl_c_storms_inside_cf_wait_leave_the_pool_working(seed):
