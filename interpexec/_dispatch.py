@@ -46,6 +46,7 @@ class Dispatcher(PoolState):
             return failed
         if self.limbo:
             self.repair_limbo_locked()
+        if self.repair_failed:
             failed, self.repair_failed = self.repair_failed, failed
         pending, inflight, ctl = self.pending, self.inflight, self.ctl
         item: WorkItem | None = None
@@ -110,12 +111,18 @@ class Dispatcher(PoolState):
             # exception and that call runs a signal handler): a second exception
             # from a handler, landing anywhere in the repair, leaves it recorded
             # for the next dispatch to repair.  (None: between two items, the
-            # last one's wake-up may not be written.)
-            self.limbo.append(item)
+            # last one's wake-up may not be written.)  ``dispatching`` is put
+            # back first, with no call in between either: left naming the
+            # item, it would hold back the STOPs of every later dispatch.
             self.dispatching = outer
+            self.limbo.append(item)
             self.repair_limbo_locked()
             raise
-        if self.shutdown_flag and not pending and self.stops_sent < self.active:
+        # (Not while a dispatch this one interrupted, from a signal handler that
+        # shut the pool down, is moving an item, nor while one waits for its
+        # repair: sent ahead of it, the STOPs ended the workers it needed.
+        # That dispatch, or the next, sends them.)
+        if self.shutdown_flag and not pending and outer is None and not self.limbo and self.stops_sent < self.active:
             for _ in range(self.active - self.stops_sent):
                 self._put_task((0, STOP))
                 self.stops_sent += 1
@@ -196,6 +203,8 @@ class Dispatcher(PoolState):
             try:
                 QUEUE_PUT(self.tasks.qid, item.msg, *QUEUE_PUT_TAIL)
             except Exception as exc:  # (its first put failed the same way)
+                if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+                    raise  # a signal handler's, run right after the put: the task was sent
                 del self.inflight[tid]
                 self.ctl[TASKS_PUT] -= 1
                 self.repair_failed.append((item, exc))

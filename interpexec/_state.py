@@ -290,6 +290,8 @@ class PoolState:
         items += [item for item in list(self.limbo) if item is not None]
         items += list(self.inflight.values())
         items += list(self.unsettled.values())
+        # (and failures a breaking pool parked, whose items are in none of those)
+        items += [item for item, _ in list(self.parked.values())]
         for item in items:
             release_if_owned(item.future._condition)
 

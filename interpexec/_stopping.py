@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import _base
 
 from . import _compat, _queue, _sigint, _wakeup
 from ._future import PoolFuture
@@ -49,8 +50,14 @@ class Stopper(Waiting):
         with self.lock:
             self.shutdown_flag = True
             if cancel_futures:
+                self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
                 cancelled = [item.future for item in self.pending]
                 self.pending.clear()
+                # A call a dispatch this shutdown (in a signal handler)
+                # interrupted is moving and not started yet: cancelled too.
+                moving = self.dispatching
+                if moving is not None and moving.future._state == _base.PENDING:
+                    cancelled.append(moving.future)
             failed = self.dispatch_locked() if self.started and not self.forked else []
             started = self.started and not self.forked
         self.fail_items(failed)
@@ -88,8 +95,13 @@ class Stopper(Waiting):
         results (holding the collect lock) does not wait: each worker takes
         its last results under that lock before it ends, and letting go of it
         there would let a worker destroy its interpreter under the take's
-        views of its buffers.  The workers end once the handler returns."""
-        if _compat.lock_level(self.collect_lock):
+        views of its buffers.  Nor inside a call that holds the pool's lock
+        (``submit()``): ending workers take it.  The workers end once the
+        handler returns."""
+        if _compat.lock_level(self.collect_lock) or _compat.lock_level(self.lock):
+            # (Or inside a call that holds the pool's lock, such as submit():
+            # the workers need that lock to end, and a wait here would let go
+            # of it in the middle of that call's step.)
             return
         if threading.get_ident() == self.resolver_ident:
             # (A done-callback: this thread delivers the results the workers

@@ -2943,13 +2943,16 @@ def test_a_futures_lock_the_main_thread_left_held_holds_up_that_future_only(then
 
 
 @pytest.mark.timeout(60)
-def test_a_pool_breaking_while_the_main_thread_holds_a_futures_lock_fails_the_others(tmp_path):
+@pytest.mark.parametrize("then", ["release", "shutdown"])
+def test_a_pool_breaking_while_the_main_thread_holds_a_futures_lock_fails_the_others(tmp_path, then):
     """The pool breaks (its next interpreter's initializer fails) while the main
     thread holds, as a Ctrl-C inside ``concurrent.futures.wait()`` can leave it,
     the lock of a call still queued.  The resolver, which fails the queued
     calls, waited for that lock for ever: every call after it stayed pending,
     and a thread waiting on them waited for ever.  Now that failure waits aside
-    and the others fail at once; the held one fails once the lock is let go."""
+    and the others fail at once; the held one fails once the lock is let go,
+    by the program or by ``shutdown()`` (which releases such locks: the
+    failure waiting aside is in none of the pool's queues, and shutdown hung)."""
     mark = tmp_path / "fail-now"
     q = interpexec.Queue()
     ex = InterpreterPoolExecutor(1, initializer=fh.init_fails_once_marked, initargs=(str(mark),), max_tasks_per_child=1)
@@ -2973,8 +2976,12 @@ def test_a_pool_breaking_while_the_main_thread_holds_a_futures_lock_fails_the_ot
                     f.result(timeout=0)
             assert first.result(timeout=0) == "x"
             assert not held.done()
+            if then == "shutdown":
+                ex.shutdown(wait=True)  # (releases the lock this thread holds: see release_future_locks)
+                assert held.done()
         finally:
-            held._condition.release()
+            if then == "release":
+                held._condition.release()
         with pytest.raises(BrokenInterpreterPool):
             held.result(timeout=20)
     finally:

@@ -1149,7 +1149,9 @@ def signal_points(code):
     return points
 POINTS = {func.__code__: signal_points(func.__code__) for func in FUNCS}
 MAIN = threading.get_ident()
-state = {"target": None, "seen": set(), "hit": False, "on": False, "first": False}
+state = {"target": None, "seen": set(), "hit": False, "on": False, "first": False, "second": "ki"}
+class HandlerError(Exception):
+    pass
 def at_instruction(code, offset):
     if not state["on"] or threading.get_ident() != MAIN:
         return
@@ -1167,6 +1169,8 @@ def at_instruction(code, offset):
             state["first"] = True
         elif key == second and state["first"] and not state["hit"]:
             state["hit"] = True
+            if state["second"] == "handler":
+                raise HandlerError("a signal handler of the user's raised")
         else:
             return
         signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
@@ -1223,7 +1227,7 @@ def dispatch_batch(ex, n):
             for i in range(n):
                 try:
                     fs[i] = ex.submit(hh.identity, i)
-                except KeyboardInterrupt:
+                except (KeyboardInterrupt, HandlerError):
                     pass
         finally:
             state["on"] = False
@@ -1290,9 +1294,12 @@ def batch(ex, n):
     assert not any(t.is_alive() for t in waiters), f"a waiting thread was never woken (Ctrl-C at {where})"
     assert side == {"std": 0, "cf": 0}, (where, side)
 def repair_targets():
-    # Each step of the repair, reached from each step of dispatch in turn.
+    # Each step of the repair, reached from each step of dispatch in turn;
+    # the second exception a Ctrl-C, then an ordinary one (a handler's of the
+    # user's, which must reach the caller, not fail a call that was sent).
     firsts = sorted(k for k in state["seen"] if k[0].endswith("dispatch_locked"))
-    for func in REPAIR:
+    for kind, func in [(kind, func) for kind in ("ki", "handler") for func in REPAIR]:
+        state["second"] = kind
         # (Offset 0 is the RESUME that PY_START, -1, stands for; a forced
         # wake-up is the only kind the repair asks for.)
         offsets = [-1] if func is Dispatcher._wake_a_worker else sorted(POINTS[func.__code__] - {0})
@@ -1341,6 +1348,127 @@ def test_a_ctrl_c_at_any_step_of_the_result_path_loses_nothing(mode):
     targets, missed = int(words[1]), int(words[3])
     assert targets > (10 if mode == "repair" else 20)  # the main thread did take and deliver results
     assert missed < targets // 4, p.stdout  # and the Ctrl-Cs landed at most of those steps
+
+
+# A signal handler that stops the pool while dispatch, in the main thread, is
+# moving a queued call X from pending to the workers (landed from a
+# sys.monitoring callback right after X was popped, or right after it was
+# started).  The STOPs went out ahead of X, so X never ran and stayed running
+# for ever; cancel_futures missed it; terminate_workers() failed it with an
+# internal QueueNotFoundError; shutdown(wait=True) there deadlocked.  And a
+# call left for repair by two Ctrl-Cs ran although shutdown(cancel_futures=True)
+# came next.
+NESTED_STOP_SCRIPT = """
+import dis, os, signal, sys, tempfile, threading
+from concurrent.futures import CancelledError
+from interpexec import InterpreterPoolExecutor
+from interpexec._dispatch import Dispatcher
+from tests import hostile_helpers as hh
+WHERE, ACTION = sys.argv[1], sys.argv[2]
+def after_call_of(func, name):
+    ins = list(dis.get_instructions(func))
+    seen = False
+    for i, x in enumerate(ins):
+        if x.opname in ("LOAD_GLOBAL", "LOAD_ATTR") and x.argval == name:
+            seen = True
+        elif seen and x.opname.startswith("CALL") and not x.opname.startswith("CALL_INTRINSIC"):
+            return ins[i + 1].offset
+    raise AssertionError(name)
+D_CODE = Dispatcher.dispatch_locked.__code__
+D_AT = after_call_of(Dispatcher.dispatch_locked, "start_running_locked" if WHERE == "started" else "popleft")
+R_CODE = Dispatcher.repair_limbo_locked.__code__
+MAIN = threading.get_ident()
+st = {"tid": None, "first": False, "second": False}
+def on_term(signum, frame):
+    if ACTION == "terminate":
+        ex.terminate_workers()
+    else:
+        ex.shutdown(wait=ACTION == "shutdown_wait", cancel_futures=ACTION == "cancel")
+signal.signal(signal.SIGTERM, on_term)
+def at(code, offset):
+    if threading.get_ident() != MAIN or st["tid"] is None:
+        return
+    if code is D_CODE and offset == D_AT and not st["first"]:
+        item = sys._getframe(1).f_locals.get("item")
+        if item is not None and item.tid == st["tid"]:
+            st["first"] = True
+            if WHERE == "limbo":
+                signal.default_int_handler(signal.SIGINT, None)
+            else:
+                signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    elif WHERE == "limbo" and code is R_CODE and offset == -1 and st["first"] and not st["second"]:
+        st["second"] = True  # (a second Ctrl-C: X is left for repair)
+        signal.default_int_handler(signal.SIGINT, None)
+TOOL = sys.monitoring.PROFILER_ID
+sys.monitoring.use_tool_id(TOOL, "nested stop")
+sys.monitoring.register_callback(TOOL, sys.monitoring.events.INSTRUCTION, at)
+sys.monitoring.register_callback(TOOL, sys.monitoring.events.PY_START, lambda code, offset: at(code, -1))
+sys.monitoring.set_local_events(TOOL, D_CODE, sys.monitoring.events.INSTRUCTION)
+sys.monitoring.set_local_events(TOOL, R_CODE, sys.monitoring.events.PY_START)
+path = tempfile.mktemp(prefix="ie-nested-stop-")
+ex = InterpreterPoolExecutor(1)
+ex.submit(hh.identity, 0).result()
+pool = ex._pool
+# The resolver parked in a done-callback: this thread takes the results, and
+# its collect dispatches X once the window has room.
+parked, release = threading.Event(), threading.Event()
+ex.submit(hh.identity, None).add_done_callback(lambda f: (parked.set(), release.wait()))
+assert parked.wait(20)
+fs = [ex.submit(hh.sleep_then, 0.05, i) for i in range(pool.window - len(pool.inflight))]
+x = ex.submit(hh.record, path, 777)
+after = ex.submit(hh.record, path, 778)
+assert x._state == "PENDING"
+st["tid"] = x._ie_tid
+try:
+    fs[0].result(timeout=20)
+except KeyboardInterrupt:
+    pass
+st["tid"] = None
+release.set()
+assert st["first"] and (WHERE != "limbo" or st["second"]), st
+if WHERE == "limbo":
+    ex.shutdown(wait=True, cancel_futures=True)
+else:
+    ex.shutdown(wait=True)
+try:
+    got = x.result(timeout=20)
+except CancelledError:
+    got = "cancelled"
+runs = open(path).read().split() if os.path.exists(path) else []
+print("X", got, runs.count("777"), after.done(), flush=True)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("where", "action", "expected"),
+    [
+        ("popped", "shutdown", "777 1"),
+        ("started", "shutdown", "777 1"),
+        ("popped", "shutdown_wait", "777 1"),
+        ("popped", "cancel", "cancelled 0"),
+        ("started", "cancel", "777 1"),  # (started: it runs, as a call a worker took would)
+        ("popped", "terminate", None),
+        ("started", "terminate", None),
+        ("limbo", "-", "cancelled 0"),
+    ],
+)
+def test_a_signal_handler_that_stops_the_pool_inside_dispatch_loses_no_call(where, action, expected):
+    p = subprocess.run(
+        [PY, "-c", NESTED_STOP_SCRIPT, where, action],
+        capture_output=True,
+        text=True,
+        timeout=80,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")),
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    words = p.stdout.split()
+    assert words[0] == "X" and words[-1] == "True", p.stdout  # (and every call resolved)
+    if expected is None:  # terminate_workers(): X ran once, or was cancelled without running
+        assert " ".join(words[1:3]) in ("777 1", "cancelled 0"), p.stdout
+    else:
+        assert " ".join(words[1:3]) == expected, p.stdout
 
 
 @pytest.mark.timeout(60)
