@@ -61,16 +61,18 @@ class Dispatcher(PoolState):
         try:
             while pending and len(inflight) < self.window:
                 try:
-                    # Named first, then popped: a signal handler runs right
-                    # after a call returns, so one raising KeyboardInterrupt
-                    # after ``item = pending.popleft()``'s call, before the
-                    # store, lost the item (its future pending for ever).
-                    # Now it is ``item`` when popped (see the except below).
                     item = pending[0]
-                    self.dispatching = item
-                    pending.popleft()
                 except IndexError:  # a nested dispatch (a signal handler calling the pool) took the rest
                     break
+                # Named first, then popped: a signal handler runs right after a
+                # call returns, so one raising KeyboardInterrupt after ``item =
+                # pending.popleft()``'s call, before the store, lost the item
+                # (its future pending for ever).  Now it is ``item`` when popped
+                # (see the except below).  (No handler runs between the read and
+                # the pop; one that raises IndexError after the pop is not taken
+                # for an empty deque.)
+                self.dispatching = item
+                pending.popleft()
                 # (A cancelled future's callbacks already ran in cancel(): none run here.)
                 if not start_running_locked(item.future):
                     self.dispatching = outer

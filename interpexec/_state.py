@@ -282,7 +282,13 @@ class PoolState:
         (taken from ``pending``, not yet in flight) is one of them: dispatch waits
         for its lock while holding the pool's.  Read in the order an item goes
         through them, each move adding it to the next before taking it from the
-        last, so an item moving meanwhile is found in one of them."""
+        last, so an item moving meanwhile is found in one of them.
+
+        Nothing is released when this runs inside the pool's code or inside
+        ``concurrent.futures.wait()`` (a signal handler's ``shutdown()``):
+        those frames hold such locks legitimately (``_compat.outer_level``)."""
+        if outer_level(1):
+            return
         items = list(self.pending)
         dispatching = self.dispatching
         if dispatching is not None:

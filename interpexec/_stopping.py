@@ -24,7 +24,6 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import _base
 
 from . import _compat, _queue, _sigint, _wakeup
 from ._future import PoolFuture
@@ -53,11 +52,8 @@ class Stopper(Waiting):
                 self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
                 cancelled = [item.future for item in self.pending]
                 self.pending.clear()
-                # A call a dispatch this shutdown (in a signal handler)
-                # interrupted is moving and not started yet: cancelled too.
-                moving = self.dispatching
-                if moving is not None and moving.future._state == _base.PENDING:
-                    cancelled.append(moving.future)
+                # (A call a dispatch this shutdown interrupted, in a signal
+                # handler, is moving: it counts as handed to the workers.)
             failed = self.dispatch_locked() if self.started and not self.forked else []
             started = self.started and not self.forked
         self.fail_items(failed)
