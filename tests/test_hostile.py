@@ -1479,6 +1479,66 @@ def test_a_signal_handler_that_stops_the_pool_inside_dispatch_loses_no_call(wher
 
 
 @pytest.mark.timeout(60)
+def test_a_handlers_cancel_futures_while_another_thread_cancels_does_not_deadlock():
+    """A signal handler's ``shutdown(cancel_futures=True)`` lands inside
+    dispatch (which holds the pool's lock) while another thread is inside
+    ``cancel()`` of a queued call: it holds that future's lock and waits for
+    the pool's.  shutdown() waited for that future's lock: a deadlock.  Now
+    that call stays queued (the other thread may be cancelling it); every
+    call still resolves and the pool shuts down."""
+    code = """
+    import dis, signal, sys, threading, time
+    from interpexec import InterpreterPoolExecutor
+    from interpexec._dispatch import Dispatcher
+    from tests import hostile_helpers as hh
+    ins = list(dis.get_instructions(Dispatcher.dispatch_locked))
+    names = [i for i, x in enumerate(ins) if x.argval == "popleft"]
+    at = next(ins[i + 1].offset for i in range(names[0], len(ins)) if ins[i].opname.startswith("CALL"))
+    main, st, got = threading.get_ident(), {"tid": None, "hit": False}, []
+    def on_term(signum, frame):
+        t = threading.Thread(target=lambda: got.append(y.cancel()), daemon=True)
+        t.start()
+        while y._condition.acquire(False):  # (until the thread holds y's lock, waiting for the pool's)
+            y._condition.release()
+            time.sleep(0.001)
+        time.sleep(0.05)
+        ex.shutdown(wait=False, cancel_futures=True)
+    signal.signal(signal.SIGTERM, on_term)
+    def at_instruction(code, offset):
+        if threading.get_ident() != main or st["tid"] is None or st["hit"] or offset != at:
+            return
+        item = sys._getframe(1).f_locals.get("item")
+        if item is not None and item.tid == st["tid"]:
+            st["hit"] = True
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    tool = sys.monitoring.PROFILER_ID
+    sys.monitoring.use_tool_id(tool, "test")
+    sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at_instruction)
+    sys.monitoring.set_local_events(tool, Dispatcher.dispatch_locked.__code__, sys.monitoring.events.INSTRUCTION)
+    ex = InterpreterPoolExecutor(1)
+    ex.submit(hh.identity, 0).result()
+    pool = ex._pool
+    parked, release = threading.Event(), threading.Event()
+    ex.submit(hh.identity, None).add_done_callback(lambda f: (parked.set(), release.wait()))
+    assert parked.wait(20)
+    fs = [ex.submit(hh.sleep_then, 0.05, i) for i in range(pool.window - len(pool.inflight))]
+    x = ex.submit(hh.identity, 777)
+    y = ex.submit(hh.identity, 888)
+    st["tid"] = x._ie_tid
+    fs[0].result(timeout=20)
+    release.set()
+    assert st["hit"]
+    ex.shutdown(wait=True)
+    assert x.result(timeout=20) == 777
+    assert y.cancelled() or y.result(timeout=20) == 888
+    assert all(f.done() for f in fs)
+    print("OK")
+    """
+    p = _run_py(code, timeout=50)
+    assert p.returncode == 0 and "OK" in p.stdout, (p.stdout, p.stderr[-3000:])
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("cancel", [False, True])
 def test_a_signal_handlers_shutdown_inside_cf_wait_leaves_its_locks_alone(cancel):
     """``concurrent.futures.wait()`` holds every future's condition while it
