@@ -212,3 +212,39 @@ def record(path, value):
     finally:
         os.close(fd)
     return value
+
+
+def offset_after_call(func, name):
+    """The offset of the instruction right after ``func``'s first call of
+    ``name`` (a signal point: where a handler runs once that call returns)."""
+    import dis
+
+    ins = list(dis.get_instructions(func))
+    seen = False
+    for i, x in enumerate(ins):
+        if x.opname in ("LOAD_GLOBAL", "LOAD_ATTR") and x.argval == name:
+            seen = True
+        elif seen and x.opname.startswith("CALL") and not x.opname.startswith("CALL_INTRINSIC"):
+            return ins[i + 1].offset
+    raise LookupError(f"{func.__qualname__} does not call {name}")
+
+
+def park_resolver_and_fill_window(ex):
+    """Park ``ex``'s resolver in a done-callback (so that the calling thread
+    takes every result, and its collect dispatches what is queued once the
+    window has room) and fill the window with short calls; returns the Event
+    that lets the resolver go, and those calls' futures."""
+    parked, release = threading.Event(), threading.Event()
+    ex.submit(identity, None).add_done_callback(lambda f: (parked.set(), release.wait()))
+    assert parked.wait(20)
+    pool = ex._pool
+    return release, [ex.submit(sleep_then, 0.05, i) for i in range(pool.window - len(pool.inflight))]
+
+
+def on_each_instruction(code, callback):
+    """Call ``callback(code, offset)`` at each instruction of ``code`` (the
+    profiler's sys.monitoring tool id)."""
+    tool = sys.monitoring.PROFILER_ID
+    sys.monitoring.use_tool_id(tool, "test")
+    sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, callback)
+    sys.monitoring.set_local_events(tool, code, sys.monitoring.events.INSTRUCTION)

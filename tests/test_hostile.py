@@ -32,6 +32,19 @@ def _run_py(code, timeout=60, env_extra=None):
     )
 
 
+def _run_script(script, *args, timeout):
+    """Run ``script`` (not dedented) with ``args`` in a fresh interpreter, the
+    repository on its path."""
+    return subprocess.run(
+        [PY, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")),
+    )
+
+
 def _threads_with_prefix(prefix):
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
@@ -1335,14 +1348,7 @@ print("targets", len(targets), "missed", len(missed), missed)
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["take", "deliver", "dispatch", "repair"])
 def test_a_ctrl_c_at_any_step_of_the_result_path_loses_nothing(mode):
-    p = subprocess.run(
-        [PY, "-c", STEP_SCRIPT, mode],
-        capture_output=True,
-        text=True,
-        timeout=230,
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")),
-    )
+    p = _run_script(STEP_SCRIPT, mode, timeout=230)
     assert p.returncode == 0, p.stderr[-3000:]
     words = p.stdout.split()
     targets, missed = int(words[1]), int(words[3])
@@ -1358,23 +1364,14 @@ def test_a_ctrl_c_at_any_step_of_the_result_path_loses_nothing(mode):
 # shutdown(wait=True) there deadlocked.  And a call left for repair by two
 # Ctrl-Cs ran although shutdown(cancel_futures=True) came next.
 NESTED_STOP_SCRIPT = """
-import dis, os, signal, sys, tempfile, threading
+import os, signal, sys, tempfile, threading
 from concurrent.futures import CancelledError
 from interpexec import InterpreterPoolExecutor
 from interpexec._dispatch import Dispatcher
 from tests import hostile_helpers as hh
 WHERE, ACTION = sys.argv[1], sys.argv[2]
-def after_call_of(func, name):
-    ins = list(dis.get_instructions(func))
-    seen = False
-    for i, x in enumerate(ins):
-        if x.opname in ("LOAD_GLOBAL", "LOAD_ATTR") and x.argval == name:
-            seen = True
-        elif seen and x.opname.startswith("CALL") and not x.opname.startswith("CALL_INTRINSIC"):
-            return ins[i + 1].offset
-    raise AssertionError(name)
 D_CODE = Dispatcher.dispatch_locked.__code__
-D_AT = after_call_of(Dispatcher.dispatch_locked, "start_running_locked" if WHERE == "started" else "popleft")
+D_AT = hh.offset_after_call(Dispatcher.dispatch_locked, "start_running_locked" if WHERE == "started" else "popleft")
 R_CODE = Dispatcher.repair_limbo_locked.__code__
 MAIN = threading.get_ident()
 st = {"tid": None, "first": False, "second": False}
@@ -1409,13 +1406,7 @@ sys.monitoring.set_local_events(TOOL, R_CODE, sys.monitoring.events.PY_START)
 path = tempfile.mktemp(prefix="ie-nested-stop-")
 ex = InterpreterPoolExecutor(1)
 ex.submit(hh.identity, 0).result()
-pool = ex._pool
-# The resolver parked in a done-callback: this thread takes the results, and
-# its collect dispatches X once the window has room.
-parked, release = threading.Event(), threading.Event()
-ex.submit(hh.identity, None).add_done_callback(lambda f: (parked.set(), release.wait()))
-assert parked.wait(20)
-fs = [ex.submit(hh.sleep_then, 0.05, i) for i in range(pool.window - len(pool.inflight))]
+release, fs = hh.park_resolver_and_fill_window(ex)  # (this thread's collect dispatches X)
 x = ex.submit(hh.record, path, 777)
 after = ex.submit(hh.record, path, 778)
 assert x._state == "PENDING"
@@ -1461,14 +1452,7 @@ print("X", got, runs.count("777"), after.done(), flush=True)
     ],
 )
 def test_a_signal_handler_that_stops_the_pool_inside_dispatch_loses_no_call(where, action, expected):
-    p = subprocess.run(
-        [PY, "-c", NESTED_STOP_SCRIPT, where, action],
-        capture_output=True,
-        text=True,
-        timeout=80,
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")),
-    )
+    p = _run_script(NESTED_STOP_SCRIPT, where, action, timeout=80)
     assert p.returncode == 0, p.stderr[-3000:]
     words = p.stdout.split()
     assert words[0] == "X" and words[-1] == "True", p.stdout  # (and every call resolved)
@@ -1487,13 +1471,11 @@ def test_a_handlers_cancel_futures_while_another_thread_cancels_does_not_deadloc
     that call stays queued (the other thread may be cancelling it); every
     call still resolves and the pool shuts down."""
     code = """
-    import dis, signal, sys, threading, time
+    import signal, sys, threading, time
     from interpexec import InterpreterPoolExecutor
     from interpexec._dispatch import Dispatcher
     from tests import hostile_helpers as hh
-    ins = list(dis.get_instructions(Dispatcher.dispatch_locked))
-    names = [i for i, x in enumerate(ins) if x.argval == "popleft"]
-    at = next(ins[i + 1].offset for i in range(names[0], len(ins)) if ins[i].opname.startswith("CALL"))
+    at = hh.offset_after_call(Dispatcher.dispatch_locked, "popleft")
     main, st, got = threading.get_ident(), {"tid": None, "hit": False}, []
     def on_term(signum, frame):
         t = threading.Thread(target=lambda: got.append(y.cancel()), daemon=True)
@@ -1511,17 +1493,10 @@ def test_a_handlers_cancel_futures_while_another_thread_cancels_does_not_deadloc
         if item is not None and item.tid == st["tid"]:
             st["hit"] = True
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
-    tool = sys.monitoring.PROFILER_ID
-    sys.monitoring.use_tool_id(tool, "test")
-    sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at_instruction)
-    sys.monitoring.set_local_events(tool, Dispatcher.dispatch_locked.__code__, sys.monitoring.events.INSTRUCTION)
+    hh.on_each_instruction(Dispatcher.dispatch_locked.__code__, at_instruction)
     ex = InterpreterPoolExecutor(1)
     ex.submit(hh.identity, 0).result()
-    pool = ex._pool
-    parked, release = threading.Event(), threading.Event()
-    ex.submit(hh.identity, None).add_done_callback(lambda f: (parked.set(), release.wait()))
-    assert parked.wait(20)
-    fs = [ex.submit(hh.sleep_then, 0.05, i) for i in range(pool.window - len(pool.inflight))]
+    release, fs = hh.park_resolver_and_fill_window(ex)
     x = ex.submit(hh.identity, 777)
     y = ex.submit(hh.identity, 888)
     st["tid"] = x._ie_tid
@@ -1546,13 +1521,11 @@ def test_a_signal_handlers_shutdown_inside_cf_wait_leaves_its_locks_alone(cancel
     there released them (the release meant for locks a Ctrl-C left held), and
     ``wait()`` then failed with "cannot release un-acquired lock"."""
     code = f"""
-    import concurrent.futures as cf, dis, signal, sys, threading
+    import concurrent.futures as cf, signal, sys, threading
     from concurrent.futures import _base
     from interpexec import InterpreterPoolExecutor
     from tests import hostile_helpers as hh
-    ins = list(dis.get_instructions(_base.wait))
-    names = [i for i, x in enumerate(ins) if x.argval == "_create_and_install_waiters"]
-    at = next(ins[i + 1].offset for i in range(names[0], len(ins)) if ins[i].opname.startswith("CALL"))
+    at = hh.offset_after_call(_base.wait, "_create_and_install_waiters")
     main, st = threading.get_ident(), {{"armed": False, "hit": False}}
     def on_term(signum, frame):
         assert sum(f._condition._recursion_count() for f in fs) == len(fs)
@@ -1563,10 +1536,7 @@ def test_a_signal_handlers_shutdown_inside_cf_wait_leaves_its_locks_alone(cancel
         if threading.get_ident() == main and st["armed"] and not st["hit"] and offset == at:
             st["hit"] = True
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
-    tool = sys.monitoring.PROFILER_ID
-    sys.monitoring.use_tool_id(tool, "test")
-    sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, at_instruction)
-    sys.monitoring.set_local_events(tool, _base.wait.__code__, sys.monitoring.events.INSTRUCTION)
+    hh.on_each_instruction(_base.wait.__code__, at_instruction)
     ex = InterpreterPoolExecutor(2)
     ex.submit(hh.identity, 0).result()
     fs = [ex.submit(hh.sleep_then, 0.05, i) for i in range(20)]
