@@ -47,46 +47,42 @@ class Stopper(Waiting):
         # would wait for it for ever, and so would this thread for the pool's.
         self.release_future_locks()
         held: list[PoolFuture[Any]] = []
-        # (From the moment the queued calls leave the queue until each is
-        # cancelled, a Ctrl-C is held back: cut in between, they were neither
-        # queued nor cancelled, and never resolved.)
-        with _sigint.defer_sigint() if cancel_futures else _sigint.NOT_DEFERRED:
-            with self.lock:
-                self.shutdown_flag = True
-                if cancel_futures:
-                    self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
-                    items = list(self.pending)
-                    self.pending.clear()
-                    if _compat.lock_level(self.lock) > 1:
-                        # Inside a pool call that holds the pool's lock (a signal
-                        # handler's shutdown): cancel() takes a future's lock, then
-                        # the pool's, and a thread inside its own cancel() holds the
-                        # one while it waits for the other, which this thread's
-                        # outer frame holds.  So the futures' locks are only tried,
-                        # and kept until they are cancelled below; a call whose lock
-                        # another thread holds stays queued (that thread may be
-                        # cancelling it).
-                        kept = []
-                        for item in items:
-                            if item.future._condition.acquire(False):
-                                held.append(item.future)
-                            else:
-                                kept.append(item)
-                        self.pending.extend(kept)
-                        cancelled = held
-                    else:
-                        cancelled = [item.future for item in items]
-                    # (A call a dispatch this shutdown interrupted, in a signal
-                    # handler, is moving: it counts as handed to the workers.)
-                failed = self.dispatch_locked() if self.started and not self.forked else []
-                started = self.started and not self.forked
-            self.fail_items(failed)
-            try:
-                for fut in cancelled:
-                    fut.cancel()
-            finally:
-                for fut in held:
-                    fut._condition.release()
+        with self.lock:
+            self.shutdown_flag = True
+            if cancel_futures:
+                self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
+                items = list(self.pending)
+                self.pending.clear()
+                if _compat.lock_level(self.lock) > 1:
+                    # Inside a pool call that holds the pool's lock (a signal
+                    # handler's shutdown): cancel() takes a future's lock, then
+                    # the pool's, and a thread inside its own cancel() holds the
+                    # one while it waits for the other, which this thread's
+                    # outer frame holds.  So the futures' locks are only tried,
+                    # and kept until they are cancelled below; a call whose lock
+                    # another thread holds stays queued (that thread may be
+                    # cancelling it).
+                    kept = []
+                    for item in items:
+                        if item.future._condition.acquire(False):
+                            held.append(item.future)
+                        else:
+                            kept.append(item)
+                    self.pending.extend(kept)
+                    cancelled = held
+                else:
+                    cancelled = [item.future for item in items]
+                # (A call a dispatch this shutdown interrupted, in a signal
+                # handler, is moving: it counts as handed to the workers.)
+            failed = self.dispatch_locked() if self.started and not self.forked else []
+            started = self.started and not self.forked
+        self.fail_items(failed)
+        try:
+            for fut in cancelled:
+                fut.cancel()
+        finally:
+            for fut in held:
+                fut._condition.release()
         if interrupt_running:
             self.interrupt_running()
         if not started:
