@@ -664,6 +664,38 @@ def outer_level(level: int) -> int:
     return 0
 
 
+def futures_held_up_the_stack() -> set[int]:
+    """The ids of the futures whose conditions a frame further up this thread's
+    stack may hold legitimately, for a release of conditions a Ctrl-C left
+    held (a signal handler can run inside those frames): those that
+    ``concurrent.futures.wait()`` and ``as_completed()`` wait on (they hold
+    every one while they install or remove their waiter), and the one a
+    frame of this package works on (``self`` or ``fut``).  A frame of either
+    module above that holds none (a done-callback run from it) protects
+    nothing."""
+    from concurrent.futures import Future
+
+    held: set[int] = set()
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.startswith(_LOCKING_MODULES):
+            local = frame.f_locals
+            if module == "concurrent.futures._base":
+                futures = local.get("fs")
+                owner = local.get("self")
+                if futures is None and owner is not None:
+                    futures = getattr(owner, "futures", None)  # (_AcquireFutures)
+                if futures is not None and frame.f_code.co_name in ("wait", "as_completed", "__enter__", "__exit__"):
+                    held.update(id(f) for f in list(futures))
+            else:
+                for name in ("self", "fut"):
+                    if isinstance(local.get(name), Future):
+                        held.add(id(local[name]))
+        frame = frame.f_back
+    return held
+
+
 def register_atexit(fn: Any) -> None:
     """Run ``fn`` at interpreter exit before non-daemon threads are joined
     (``threading._register_atexit``, as concurrent.futures does)."""

@@ -32,6 +32,7 @@ import weakref
 
 from ._compat import (
     RLock,
+    futures_held_up_the_stack,
     held,
     is_main_thread,
     lock_level,
@@ -284,11 +285,10 @@ class PoolState:
         through them, each move adding it to the next before taking it from the
         last, so an item moving meanwhile is found in one of them.
 
-        Nothing is released when this runs inside the pool's code or inside
-        ``concurrent.futures.wait()`` (a signal handler's ``shutdown()``):
-        those frames hold such locks legitimately (``_compat.outer_level``)."""
-        if outer_level(1):
-            return
+        The conditions that a frame further up holds legitimately (this runs in
+        a signal handler's ``shutdown()`` inside ``concurrent.futures.wait()``,
+        say) are left alone (``_compat.futures_held_up_the_stack``)."""
+        keep = futures_held_up_the_stack()
         items = list(self.pending)
         dispatching = self.dispatching
         if dispatching is not None:
@@ -299,7 +299,8 @@ class PoolState:
         # (and failures a breaking pool parked, whose items are in none of those)
         items += [item for item, _ in list(self.parked.values())]
         for item in items:
-            release_if_owned(item.future._condition)
+            if id(item.future) not in keep:
+                release_if_owned(item.future._condition)
 
     def broken_error(self) -> BrokenInterpreterPool:
         from ._broken import BrokenInterpreterPool  # (not at import: see _broken)

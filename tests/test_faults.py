@@ -2943,6 +2943,38 @@ def test_a_futures_lock_the_main_thread_left_held_holds_up_that_future_only(then
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["add_done_callback", "set_result"])
+def test_shutdown_in_a_done_callback_releases_a_lock_a_ctrl_c_left(where):
+    """``shutdown()`` releases the futures' locks a Ctrl-C left held (inside
+    ``concurrent.futures.wait()``), but not those a frame further up holds
+    legitimately.  Called from a done-callback that the standard library runs
+    in the main thread, whose frames hold no future's lock,
+    it must still release them: it released nothing there, and waited for
+    the resolver for ever."""
+    q = interpexec.Queue()
+    ex = InterpreterPoolExecutor(2)
+    stuck = ex.submit(fh.block_on_queue, q)
+    _until(stuck.running, "the stuck call running")
+    stuck._condition.acquire()  # left held, as by a Ctrl-C inside cf.wait()
+    q.put("late")
+    returned = []
+
+    def stop(_):
+        ex.shutdown(wait=True)
+        returned.append(True)
+
+    other = cf.Future()
+    if where == "set_result":
+        other.add_done_callback(stop)
+        other.set_result(None)
+    else:
+        other.set_result(None)
+        other.add_done_callback(stop)  # (runs at once, in this thread)
+    assert returned == [True]
+    assert stuck.result(timeout=0) == "late"
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("then", ["release", "shutdown"])
 def test_a_pool_breaking_while_the_main_thread_holds_a_futures_lock_fails_the_others(tmp_path, then):
     """The pool breaks (its next interpreter's initializer fails) while the main
