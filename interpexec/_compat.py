@@ -686,7 +686,10 @@ def futures_held_up_the_stack() -> set[int]:
                 owner = local.get("self")
                 if futures is None and owner is not None:
                     futures = getattr(owner, "futures", None)  # (_AcquireFutures)
-                if futures is not None and frame.f_code.co_name in ("wait", "as_completed", "__enter__", "__exit__"):
+                # (A collection only: as_completed's ``fs`` is the caller's
+                # iterable, a generator say, until its first line makes a set.)
+                named = frame.f_code.co_name in ("wait", "as_completed", "__enter__", "__exit__")
+                if named and isinstance(futures, (set, frozenset, list, tuple)):
                     held.update(id(f) for f in list(futures))
             else:
                 for name in ("self", "fut"):
