@@ -3077,6 +3077,15 @@ def test_ctrl_c_storms_inside_cf_wait_leave_the_pool_working(seed):
                             interrupts += 1
                         except cf.TimeoutError:
                             armed[0] = False
+                        except RuntimeError as exc:
+                            # (A KeyboardInterrupt inside threading's own
+                            # Event.wait makes its with release an unlocked
+                            # lock: CPython's, not the pool's, as in
+                            # test_stress.  3.15 words it "un-acquired lock".)
+                            armed[0] = False
+                            if "unlocked lock" not in str(exc) and "un-acquired lock" not in str(exc):
+                                raise
+                            interrupts += 1
                     stop.set()
                     t.join()
                     assert interrupts > 10  # (the storm reached the waits)
