@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def _raised_after_the_put(exc: BaseException) -> bool:
+    """Whether an exception caught around a task's put (one C call) was raised by
+    Python code that ran after it, a signal handler's: its traceback goes
+    deeper than the catching frame.  The task was sent then."""
+    tb = exc.__traceback__
+    return tb is not None and tb.tb_next is not None
+
+
 class Dispatcher(PoolState):
     def start_locked(self) -> None:
         raise NotImplementedError  # provided by Workers
@@ -90,7 +98,7 @@ class Dispatcher(PoolState):
                     # where a Ctrl-C would leave the task in flight, never sent.)
                     QUEUE_PUT(self.tasks.qid, msg, *QUEUE_PUT_TAIL)
                 except Exception as exc:  # e.g. an object the queue refused: fails that future only
-                    if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+                    if _raised_after_the_put(exc):
                         # Raised by Python code that ran after the put (a signal
                         # handler): the task was sent, and the exception is the
                         # caller's (handled below as a Ctrl-C would be).
@@ -205,7 +213,7 @@ class Dispatcher(PoolState):
             try:
                 QUEUE_PUT(self.tasks.qid, item.msg, *QUEUE_PUT_TAIL)
             except Exception as exc:  # (its first put failed the same way)
-                if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+                if _raised_after_the_put(exc):
                     raise  # a signal handler's, run right after the put: the task was sent
                 del self.inflight[tid]
                 self.ctl[TASKS_PUT] -= 1
