@@ -161,9 +161,10 @@ class PoolFuture(Future[T]):
                 raise
         return False
 
-    def cancel_if_pending(self) -> bool:
+    def cancel_if_pending(self, blocking: bool = True) -> bool | None:
         """Cancel a future no worker has taken yet, and tell every waiter now
-        (the pool never starts it: the dispatcher skips it).  False otherwise.
+        (the pool never starts it: the dispatcher skips it).  False otherwise;
+        None if not ``blocking`` and another thread holds the future's lock.
 
         The state changes under the pool's lock too: the dispatcher, which
         holds that lock, starts a pending future without its condition when
@@ -173,13 +174,18 @@ class PoolFuture(Future[T]):
         holds this condition in an outer frame may wait for the pool's lock.)
         As in :meth:`_finish`, a Ctrl-C is held back over the state change
         and the waiters' wake-ups, and the done-callbacks run even when it is
-        raised afterwards."""
+        raised afterwards.  Another handler's exception landing right after
+        the acquire does not leave the condition held."""
         pool = self._ie_pool
         levels = pool.lock_levels()
+        cond = self._condition
+        base = lock_level(cond)
         changed = False
         try:
             with defer_sigint():
-                with self._condition:
+                if not cond.acquire(blocking):
+                    return None
+                try:
                     if self._state != _PENDING:
                         return False
                     with pool.lock:
@@ -189,9 +195,12 @@ class PoolFuture(Future[T]):
                         changed = True  # (no call in between: nothing can land there)
                     for waiter in self._waiters:
                         waiter.add_cancelled(self)
-                    self._condition.notify_all()
+                    cond.notify_all()
+                finally:
+                    cond.release()
         except BaseException:  # (a Ctrl-C right after an acquire: see _compat.release_if_owned)
             pool.release_leaked_locks(levels)
+            release_if_owned(cond, base)
             raise
         finally:
             if changed:

@@ -382,6 +382,50 @@ class Resolver(Workers):
             if item.waiter_fd:
                 notify(item.waiter_fd - 1)
 
+    def take_pending_to_cancel_locked(self) -> None:
+        """Move every queued call into ``cancelling`` (shutdown(cancel_futures=True)
+        and terminate): from here on no dispatch starts it, and it stays
+        recorded until its future is cancelled (:meth:`finish_cancelling`).
+        Each item is recorded before ``pending`` lets go of it: an exception
+        of a signal handler landing in between leaves some in both, where the
+        dispatcher may still start one (its cancel then does nothing), never
+        in neither."""
+        cancelling = self.cancelling
+        for item in self.pending:
+            cancelling[item.tid] = item
+        self.pending.clear()
+
+    def finish_cancelling(self) -> bool:
+        """Cancel the futures of the calls in ``cancelling``, outside the pool's
+        lock (their done-callbacks run here); True once none is left.
+
+        Each step is idempotent and an item leaves ``cancelling`` only after
+        its future has left PENDING, so a signal handler's exception that cuts
+        this short loses nothing: whoever comes next finishes (the next
+        ``shutdown()``, the exit's, a thread waiting in ``result()``, or the
+        resolver, which tries them every ``park_retry`` and does not end while
+        any is left).  A thread that may not wait for a future's lock only
+        tries it, and leaves the call for later: the resolver (a thread in
+        ``concurrent.futures.wait()`` may hold it while it waits for one the
+        main thread left held), or a thread holding the pool's lock (a signal
+        handler's ``shutdown()`` inside a pool call: a thread inside
+        ``cancel()`` holds the future's lock while it waits for the pool's)."""
+        cancelling = self.cancelling
+        resolver = threading.get_ident() == self.resolver_ident
+        blocking = not resolver and not lock_level(self.lock)
+        done = 0
+        for tid, item in list(cancelling.items()):
+            if item.future._state == _PENDING and item.future.cancel_if_pending(blocking) is None:
+                continue  # (its lock is taken: later)
+            if cancelling.pop(tid, None) is not None:
+                done += 1
+        if cancelling:
+            if resolver:  # (as for parked outcomes: the interval doubles while none moves)
+                self.park_retry = PARK_RETRY if done else min(2 * self.park_retry, PARK_RETRY_MAX)
+            elif not blocking:
+                self.wake_resolver()  # (it keeps the time)
+        return not cancelling
+
     def _park(self, tid: int, item: WorkItem, outcome: tuple[bool, Any]) -> None:
         """Keep a decoded outcome whose future's lock another thread holds (a
         thread other than the main one settles with a timeout: see
@@ -581,12 +625,14 @@ class Resolver(Workers):
             # (Parked outcomes settled here may be all it waited for to end:
             # it then looks at the end below before it sleeps with no deadline.)
             settled = bool(self.parked) and self.retry_parked()
+            if self.cancelling:  # (left by a shutdown a signal handler cut short, or one that could not wait)
+                self.finish_cancelling()
             if not self.collect() and not due and not settled:
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
                 if not self.collect() and not due:
                     # (With outcomes parked, it wakes to try them again.)
-                    retry_at = time.monotonic() + self.park_retry if self.parked else None
+                    retry_at = time.monotonic() + self.park_retry if self.parked or self.cancelling else None
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
                         if self._wait_or_grow(None, retry_at):
                             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
@@ -610,6 +656,7 @@ class Resolver(Workers):
                     and (self.broken or not self.workers or not self.work_left_locked())
                     and not due
                     and not self.parked
+                    and not self.cancelling
                     # (A result another thread took and is settling: its
                     # callbacks come here, once the future is done.)
                     # (A copy first: other threads change it without the lock.)
@@ -801,6 +848,7 @@ class Resolver(Workers):
 
 _NOTHING = object()  # (a sentinel no message equals)
 _RUNNING = _base.RUNNING
+_PENDING = _base.PENDING
 _InvalidStateError = _base.InvalidStateError
 
 

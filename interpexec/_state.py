@@ -225,6 +225,10 @@ class PoolState:
         # repair, and those whose repair failed (see Dispatcher.repair_limbo_locked):
         self.limbo: list[WorkItem | None] = []
         self.repair_failed: list[tuple[WorkItem, BaseException]] = []
+        # Calls shutdown(cancel_futures=True) or terminate took out of
+        # ``pending`` to cancel, until each future is cancelled (see
+        # Resolver.finish_cancelling), by task id:
+        self.cancelling: dict[int, WorkItem] = {}
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()
@@ -296,8 +300,10 @@ class PoolState:
         items += [item for item in list(self.limbo) if item is not None]
         items += list(self.inflight.values())
         items += list(self.unsettled.values())
-        # (and failures a breaking pool parked, whose items are in none of those)
+        # (and failures a breaking pool parked, whose items are in none of those,
+        # and calls taken out of pending to be cancelled)
         items += [item for item, _ in list(self.parked.values())]
+        items += list(self.cancelling.values())
         for item in items:
             if id(item.future) not in keep:
                 release_if_owned(item.future._condition)

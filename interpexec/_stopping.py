@@ -26,7 +26,6 @@ import threading
 import time
 
 from . import _compat, _queue, _sigint, _wakeup
-from ._future import PoolFuture
 from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
 from ._transport import PARK
@@ -41,48 +40,29 @@ if TYPE_CHECKING:
 
 class Stopper(Waiting):
     def shutdown(self, wait: bool, cancel_futures: bool, interrupt_running: bool = False) -> None:
-        cancelled: list[PoolFuture[Any]] = []
         # A future lock this thread still holds can only be one a Ctrl-C left
         # (inside concurrent.futures.wait()): dispatch, holding the pool's lock,
         # would wait for it for ever, and so would this thread for the pool's.
         self.release_future_locks()
-        held: list[PoolFuture[Any]] = []
         with self.lock:
             self.shutdown_flag = True
             if cancel_futures:
                 self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
-                items = list(self.pending)
-                self.pending.clear()
-                if _compat.lock_level(self.lock) > 1:
-                    # Inside a pool call that holds the pool's lock (a signal
-                    # handler's shutdown): cancel() takes a future's lock, then
-                    # the pool's, and a thread inside its own cancel() holds the
-                    # one while it waits for the other, which this thread's
-                    # outer frame holds.  So the futures' locks are only tried,
-                    # and kept until they are cancelled below; a call whose lock
-                    # another thread holds stays queued (that thread may be
-                    # cancelling it).
-                    kept = []
-                    for item in items:
-                        if item.future._condition.acquire(False):
-                            held.append(item.future)
-                        else:
-                            kept.append(item)
-                    self.pending.extend(kept)
-                    cancelled = held
-                else:
-                    cancelled = [item.future for item in items]
                 # (A call a dispatch this shutdown interrupted, in a signal
                 # handler, is moving: it counts as handed to the workers.)
+                self.take_pending_to_cancel_locked()
             failed = self.dispatch_locked() if self.started and not self.forked else []
             started = self.started and not self.forked
         self.fail_items(failed)
-        try:
-            for fut in cancelled:
-                fut.cancel()
-        finally:
-            for fut in held:
-                fut._condition.release()
+        # (Also those an earlier shutdown, cut short, left.)  Inside a pool call
+        # that holds the pool's lock (a signal handler's shutdown), a call whose
+        # future's lock another thread holds is left to the resolver: see there.
+        if self.cancelling:
+            try:
+                self.finish_cancelling()
+            except BaseException:
+                self.wake_resolver()  # (it finishes them)
+                raise
         if interrupt_running:
             self.interrupt_running()
         if not started:
@@ -167,10 +147,12 @@ class Stopper(Waiting):
         with self.lock:
             self.shutdown_flag = True
             self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
-            pending = [item.future for item in self.pending]
-            self.pending.clear()
-        for fut in pending:
-            fut.cancel()
+            self.take_pending_to_cancel_locked()
+        try:
+            self.finish_cancelling()
+        except BaseException:
+            self.wake_resolver()  # (it finishes them)
+            raise
         # Take back what no worker has started yet.
         with self.lock:
             items = [self.inflight.pop(tid, None) for tid in self.take_back_queued_locked()]
@@ -251,6 +233,7 @@ class Stopper(Waiting):
         self.stalled = {}
         self.dispatching = None
         self.limbo = []
+        self.cancelling = {}
         self.repair_failed = []
         self.closed = True
         self.parking = False
