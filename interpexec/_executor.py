@@ -250,7 +250,7 @@ class InterpreterPoolExecutor(Executor):
         if not isinstance(chunksize, int) or chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         if buffersize is not None:
-            if not isinstance(buffersize, int) or isinstance(buffersize, bool):
+            if not isinstance(buffersize, int):  # (a bool is one, as in the standard check)
                 raise TypeError("buffersize must be an integer or None")
             if buffersize < 1:
                 raise ValueError("buffersize must be None or > 0")
@@ -375,7 +375,7 @@ def _encode_call(
         columns = tuple(zip(*args[0], strict=True))
         return (tid, CHUNK, encode_callable(fn.fn), encode_columns(columns, share_buffers=True), timeout)
     if not callable(fn):
-        raise TypeError(f"{fn!r} is not callable")
+        raise TypeError(f"'{type(fn).__name__}' object is not callable")  # (the standard message)
     ref = encode_callable(fn)
     if not kwargs and few_native_args(args):
         if type(ref) is tuple:  # (the common case, as one flat tuple: the cheapest message to cross)

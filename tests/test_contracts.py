@@ -99,6 +99,19 @@ def test_invalid_arguments_raise_like_process_pool_executor(kwargs, expected):
 # ========================================================= BrokenInterpreterPool
 
 
+@pytest.mark.timeout(30)
+def test_submitting_something_not_callable_fails_that_future_as_the_standard_pools_do():
+    """``submit(5)``: the standard pools return a future that fails with
+    TypeError "'int' object is not callable"; so does this one, and the pool
+    goes on."""
+    with cf.ThreadPoolExecutor(1) as tp:
+        expected = tp.submit(5).exception(timeout=10)
+    with InterpreterPoolExecutor(1) as ex:
+        got = ex.submit(5).exception(timeout=10)
+        assert type(got) is TypeError and str(got) == str(expected) == "'int' object is not callable"
+        assert ex.submit(helpers.square, 3).result(timeout=10) == 9
+
+
 @pytest.mark.timeout(10)
 def test_broken_interpreter_pool_subclasses_the_standard_broken_pools():
     assert issubclass(BrokenInterpreterPool, BrokenProcessPool)

@@ -425,6 +425,12 @@ def test_map_invalid_args_like_stdlib():
             ex.map(hh.identity, [1], chunksize=0)
         with pytest.raises(ValueError):
             ex.map(hh.identity, [1], buffersize=0)
+        with pytest.raises(TypeError):
+            ex.map(hh.identity, [1], buffersize=1.0)
+        # (The standard check is isinstance(buffersize, int): a bool passes, True as 1.)
+        with pytest.raises(ValueError):
+            ex.map(hh.identity, [1], buffersize=False)
+        assert list(ex.map(hh.identity, [1, 2, 3], buffersize=True)) == [1, 2, 3]
 
 
 # ------------------------------------------------------------ shutdown
