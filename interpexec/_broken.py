@@ -1,17 +1,24 @@
-"""``BrokenInterpreterPool``, in a module of its own.
+"""``BrokenInterpreterPool``, and the class of a task's exception's ``__cause__``,
+in a module of their own.
 
-Its base class, ``concurrent.futures.process.BrokenProcessPool``, lives in a
-module that imports ``multiprocessing`` (several milliseconds, and nothing a
-pool of interpreters otherwise needs).  So this module is imported only when the
-class is asked for: ``interpexec.BrokenInterpreterPool`` (a lazy attribute of the
-package), or a pool that breaks and raises it.  Whichever comes first, the class
-is created once, with the real base classes, so ``except BrokenProcessPool``
-catches it whatever the user imported, and in which order.
+Their base classes, ``concurrent.futures.process.BrokenProcessPool`` and the
+process pool's remote traceback class, live in a module that imports
+``multiprocessing`` (several milliseconds, and nothing a pool of interpreters
+otherwise needs).  So this module is imported only when a class is asked for:
+``interpexec.BrokenInterpreterPool`` (a lazy attribute of the package), a pool
+that breaks and raises it, or the first task that fails.  Whichever comes
+first, the classes are created once, with the real base classes, so ``except
+BrokenProcessPool`` catches it whatever the user imported, and in which order,
+and code written for ProcessPoolExecutor that checks the cause's class finds
+the one it expects.
 """
 
 from __future__ import annotations
 
 from concurrent.futures.process import BrokenProcessPool
+
+from . import _compat
+from ._errors import RemoteTraceback
 
 try:  # 3.14+
     from concurrent.futures.interpreter import (  # type: ignore[import-not-found,unused-ignore]
@@ -22,7 +29,7 @@ try:  # 3.14+
 except ImportError:  # 3.13
     _broken_bases = (BrokenProcessPool,)
 
-__all__ = ["BrokenInterpreterPool"]
+__all__ = ["BrokenInterpreterPool", "RemoteTracebackCause"]
 
 
 class BrokenInterpreterPool(*_broken_bases):  # type: ignore[misc]
@@ -30,3 +37,16 @@ class BrokenInterpreterPool(*_broken_bases):  # type: ignore[misc]
     loop died, or the workers were terminated.  Subclasses
     ``concurrent.futures.process.BrokenProcessPool`` and, on 3.14+,
     ``concurrent.futures.interpreter.BrokenInterpreterPool``."""
+
+
+class RemoteTracebackCause(RemoteTraceback, _compat.ProcessRemoteTraceback):  # type: ignore[misc]
+    """The ``__cause__`` of a task's exception: an :class:`interpexec.RemoteTraceback`
+    that is also ProcessPoolExecutor's own remote traceback class.  Shown and
+    pickled as ``interpexec.RemoteTraceback``."""
+
+    def __reduce__(self) -> tuple[type[RemoteTraceback], tuple[str]]:
+        return (RemoteTraceback, (self.tb,))
+
+
+RemoteTracebackCause.__module__ = RemoteTraceback.__module__
+RemoteTracebackCause.__qualname__ = RemoteTracebackCause.__name__ = RemoteTraceback.__name__

@@ -80,6 +80,14 @@ def __getattr__(name: str) -> Any:
     if name in _MAIN_SIDE_NAMES:
         _bind_main_side(names)
         return names[name]
+    if name == "ProcessRemoteTraceback":
+        #: ``concurrent.futures.process._RemoteTraceback``, the class of a
+        #: ProcessPoolExecutor task's exception's ``__cause__`` (its module
+        #: imports multiprocessing: on first use, in the main interpreter).
+        from concurrent.futures import process
+
+        names[name] = process._RemoteTraceback
+        return names[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

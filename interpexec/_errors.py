@@ -284,10 +284,15 @@ def explain_inheritance_only(exc: BaseException) -> None:
 
 def unpack_exception(packed: Packed) -> BaseException:
     """Rebuild a packed exception.  Its ``__cause__`` is a :class:`RemoteTraceback`
-    with the worker-side traceback (as ProcessPoolExecutor does); the original
+    with the worker-side traceback (as ProcessPoolExecutor does, and one of its
+    own class too: ``_broken.RemoteTracebackCause``); the original
     cause, if any, hangs off that RemoteTraceback's own ``__cause__``."""
     exc = _unpack_one(packed)
-    remote = RemoteTraceback('\n"""\n%s"""' % packed[3])
+    # (After it: what loads the class imports multiprocessing, which must not
+    # be what resolves a class of the caller's script, see _state._main_info.)
+    from ._broken import RemoteTracebackCause  # (the main interpreter only: see there)
+
+    remote = RemoteTracebackCause('\n"""\n%s"""' % packed[3])
     if isinstance(exc, IncompatibleModuleError) and packed[4] is not None:
         # The refusal's own exception (a third party's text, NumPy's advice) is
         # the cause, not part of the message; the worker's traceback is its cause.

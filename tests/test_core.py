@@ -561,6 +561,23 @@ def test_remote_traceback_names_every_worker_frame(pool):
 
 
 @pytest.mark.timeout(20)
+def test_the_remote_traceback_is_also_the_process_pools_own_class(pool):
+    """Code written for ProcessPoolExecutor (CPython's own test_traceback)
+    checks the cause's class, the private ``_RemoteTraceback``: the cause is
+    one, and an ``interpexec.RemoteTraceback``, shown and pickled as that."""
+    import pickle
+    from concurrent.futures.process import _RemoteTraceback
+
+    exc = pool.submit(helpers.outer_fails, "deep").exception(timeout=10)
+    cause = exc.__cause__
+    assert isinstance(cause, _RemoteTraceback) and isinstance(cause, RemoteTraceback)
+    assert cause.tb == str(cause) and "outer_fails" in cause.tb
+    assert f"{type(cause).__module__}.{type(cause).__qualname__}" == "interpexec._errors.RemoteTraceback"
+    again = pickle.loads(pickle.dumps(cause))
+    assert type(again) is RemoteTraceback and str(again) == str(cause)
+
+
+@pytest.mark.timeout(20)
 def test_custom_exception_keeps_its_attributes(pool):
     exc = pool.submit(helpers.raise_exc, helpers.CustomError, "bad", 42).exception(timeout=10)
     assert type(exc) is helpers.CustomError

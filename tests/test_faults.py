@@ -328,11 +328,13 @@ MAIN_CLASSES_COME_BACK = textwrap.dedent(
         with InterpreterPoolExecutor(1) as pool:
             made, echoed = pool.submit(make, 1).result(timeout=20), pool.submit(make, 2).result(timeout=20)
             print(type(made) is Point, made.x, type(echoed) is Point, echoed.x, flush=True)
+            print("multiprocessing imported:", "multiprocessing" in sys.modules, flush=True)
+            # (A task's exception imports it, after its unpickling: its cause is
+            # also ProcessPoolExecutor's remote traceback class.)
             try:
                 pool.submit(fail, 3).result(timeout=20)
             except MyError as exc:
                 print("caught", type(exc) is MyError, exc, flush=True)
-            print("multiprocessing imported:", "multiprocessing" in sys.modules, flush=True)
     """
 )
 
