@@ -24,7 +24,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "cpu_speedup": ("speedup on CPU-bound pure Python (x)", ".2f"),
     "echo_ms": ("echo of {echo_mib} MiB bytes (ms)", ".2f"),
     "rss_mb_per_worker": ("resident memory per worker (MB)", ".1f"),
-    "bare_mb_per_interp": ("floor: bare subinterpreter + one call (MB)", ".1f"),
+    "bare_mb_per_interp": ("floor: bare subinterpreter on a thread + one call (MB)", ".1f"),
 }
 
 # (metric, executor compared with, or "" for the CPU target, or "bare" for the
