@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._compat import RLock, lock_level, outer_level, release_if_owned
-from ._executor import InterpreterPoolExecutor
+from ._executor import InterpreterPoolExecutor, default_max_workers
 
 __all__ = ["get_reusable_executor"]
 
@@ -21,6 +21,7 @@ def get_reusable_executor(
     max_workers: int | None = None,
     *,
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    reuse: bool | str = "auto",
     **kwargs: Any,
 ) -> InterpreterPoolExecutor:
     """Return the process-wide reusable :class:`InterpreterPoolExecutor`.
@@ -34,28 +35,39 @@ def get_reusable_executor(
     down by itself once nothing refers to it any more.  Workers idle for longer than
     ``idle_timeout`` seconds release their interpreters and come back on demand.
 
+    As with loky: ``max_workers=None`` means one worker per CPU, unless
+    ``reuse=True``, which keeps the current executor's size; ``reuse=True``
+    also keeps the current executor when other keyword arguments differ, and
+    ``reuse=False`` always makes a new one (``"auto"``, the default: reuse when
+    they are the same).  Unlike loky 3.7+, which keeps one per thread, the
+    executor is one for the whole process (it is thread-safe, and a pool per
+    thread would multiply the interpreters).
+
     Do not call ``shutdown()`` on it unless you mean it for the whole process:
     the next call then creates a fresh one.
     """
+    if reuse not in (True, False, "auto"):
+        raise ValueError(f"reuse must be True, False or 'auto', not {reuse!r}")
     level = lock_level(_lock)  # (not 0 in a signal handler run inside _get)
     try:
-        return _get(max_workers, idle_timeout, kwargs)
+        return _get(max_workers, idle_timeout, reuse, kwargs)
     except BaseException:
         release_if_owned(_lock, outer_level(level))  # (a Ctrl-C right after `with _lock:` acquired)
         raise
 
 
-def _get(max_workers: int | None, idle_timeout: float | None, kwargs: dict[str, Any]) -> InterpreterPoolExecutor:
+def _get(
+    max_workers: int | None, idle_timeout: float | None, reuse: bool | str, kwargs: dict[str, Any]
+) -> InterpreterPoolExecutor:
     global _executor, _config
     with _lock:
         config = {"idle_timeout": idle_timeout, **kwargs}
         current = _executor
-        if current is not None:
-            same = config == _config and (max_workers is None or max_workers == current.max_workers)
-            if current.usable and same:
+        if max_workers is None:
+            max_workers = current.max_workers if reuse is True and current is not None else default_max_workers()
+        if current is not None and current.usable and max_workers == current.max_workers:
+            if reuse is True or (reuse == "auto" and config == _config):
                 return current
-            if max_workers is None:
-                max_workers = current.max_workers
         _executor = InterpreterPoolExecutor(max_workers, **config)
         _config = config
         return _executor

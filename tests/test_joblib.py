@@ -28,9 +28,9 @@ pytestmark = pytest.mark.timeout(90)
 def fresh_pool():
     """Each test starts on a fresh reusable pool (a test that imports joblib in a
     worker must not leave half-imported modules to the next one)."""
-    interpexec.get_reusable_executor().shutdown(wait=True, cancel_futures=True)
+    interpexec.get_reusable_executor(reuse=True).shutdown(wait=True, cancel_futures=True)
     yield
-    interpexec.get_reusable_executor().shutdown(wait=True, cancel_futures=True)
+    interpexec.get_reusable_executor(reuse=True).shutdown(wait=True, cancel_futures=True)
 
 
 def drain(queue: Queue) -> list[str]:

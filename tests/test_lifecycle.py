@@ -4,6 +4,7 @@ buffersize and cancellation on close, stats."""
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import pytest
@@ -59,15 +60,35 @@ def test_idle_workers_release_their_interpreters_and_come_back():
 def test_reusable_executor_is_reused_resized_and_recreated():
     a = get_reusable_executor(2)
     assert get_reusable_executor(2) is a
-    assert get_reusable_executor() is a
+    assert get_reusable_executor(reuse=True) is a  # (keeps its size)
     assert a.submit(fh.ok, 1).result(timeout=10) == 1
     b = get_reusable_executor(3)
     assert b is not a and b._max_workers == 3
     assert b.submit(fh.ok, 2).result(timeout=10) == 2
     b.shutdown()
-    c = get_reusable_executor()
+    c = get_reusable_executor(reuse=True)
     assert c is not b and c.submit(fh.ok, 3).result(timeout=10) == 3
     c.shutdown()
+
+
+@pytest.mark.timeout(30)
+def test_reusable_executor_takes_loky_s_defaults_and_reuse():
+    """As loky's: ``max_workers=None`` is one worker per CPU, whatever size was
+    asked for before, unless ``reuse=True``; ``reuse=True`` keeps the executor
+    when other arguments differ, ``reuse=False`` makes a new one."""
+    cpus = os.process_cpu_count() or 1
+    one = get_reusable_executor(1)
+    default = get_reusable_executor()
+    assert default._max_workers == cpus and (default is one) == (cpus == 1)
+    assert get_reusable_executor() is default
+    assert get_reusable_executor(reuse=True, task_timeout=5.0) is default
+    changed = get_reusable_executor(task_timeout=5.0)
+    assert changed is not default
+    assert get_reusable_executor(reuse=False, task_timeout=5.0) is not changed
+    with pytest.raises(ValueError, match="reuse"):
+        get_reusable_executor(reuse="sometimes")
+    assert get_reusable_executor(reuse=True).submit(fh.ok, 4).result(timeout=10) == 4
+    get_reusable_executor(reuse=True).shutdown()
 
 
 @pytest.mark.timeout(30)

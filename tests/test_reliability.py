@@ -1104,7 +1104,7 @@ def test_get_reusable_executor_raced_with_different_sizes():
             for t in threads:
                 t.join(timeout=30)
     finally:
-        get_reusable_executor().shutdown(wait=True)
+        get_reusable_executor(reuse=True).shutdown(wait=True)
     assert errors == []
 
 

@@ -102,8 +102,10 @@ class InterpreterBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignor
             raise FallbackToBackend(SequentialBackend(nesting_level=self.nesting_level))
         if idle_worker_timeout is None:
             idle_worker_timeout = self.idle_worker_timeout
-        options = {} if idle_worker_timeout is None else {"idle_timeout": idle_worker_timeout}
-        self._executor = get_reusable_executor(n_jobs, **options)
+        if idle_worker_timeout is None:
+            self._executor = get_reusable_executor(n_jobs)
+        else:
+            self._executor = get_reusable_executor(n_jobs, idle_timeout=idle_worker_timeout)
         self.parallel = parallel
         return n_jobs
 
