@@ -132,7 +132,7 @@ class Workers(Dispatcher):
                 self.stops_sent -= 1
             if (
                 (how in ("idle", "retired") or worker.retired)
-                and (self.inflight or self.pending)
+                and (self.work_left_locked() if self.shutdown_flag else (self.inflight or self.pending))
                 and self.broken is None
                 and self.active < self.wanted
             ):
@@ -168,7 +168,11 @@ class Workers(Dispatcher):
                 self.active -= 1
                 self.ready_slots.discard(slot)
                 failed = []
-                if self.broken is None and (not self.shutdown_flag or self.pending or self.inflight):
+                # (Shut down: only for work still to run.  A call that
+                # interrupt_running stopped before any worker took it is
+                # done, and a replacement would run the initializer a stuck
+                # one could not get out of, which shutdown then waited for.)
+                if self.broken is None and (not self.shutdown_flag or self.work_left_locked()):
                     self.start_locked()
                     failed = self.dispatch_locked()
                 self.ready.notify_all()

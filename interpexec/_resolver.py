@@ -604,16 +604,6 @@ class Resolver(Workers):
             except Exception as exc:  # a handler of the user's raised: say so, go on
                 _report("a logging handler raised while handling a record forwarded from a worker", exc)
 
-    def work_left_locked(self) -> bool:
-        """Whether queued work is still to run: a future not done, pending or in
-        the window.  (A task a retired worker is stuck in has a done future: it
-        was interrupted, cancelled, or failed at its deadline.)"""
-        return (
-            any(i.future._state in WAITABLE for i in self.inflight.values())
-            or any(i.future._state in WAITABLE for i in self.pending)
-            or bool(self.limbo or self.repair_failed)
-        )
-
     # ------------------------------------------------------ the resolver thread
     def _resolver_loop(self) -> None:
         with self.lock:

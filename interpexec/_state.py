@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import weakref
+from concurrent.futures import _base
 
 from ._compat import (
     RLock,
@@ -95,6 +96,9 @@ class Events:
             reacquire(self._lock, saved)
             self._pipes.remove(pipe[1])
             give_back(pipe)
+
+
+_WAITABLE = (_base.PENDING, _base.RUNNING)
 
 
 class WorkItem:
@@ -264,6 +268,17 @@ class PoolState:
         """How deeply this thread holds the pool's two locks: what a public entry
         point records before it starts, for :meth:`release_leaked_locks`."""
         return lock_level(self.lock), lock_level(self.collect_lock)
+
+    def work_left_locked(self) -> bool:
+        """Whether queued work is still to run: a future not done, pending or in
+        the window.  (A task a retired worker is stuck in has a done future: it
+        was interrupted, cancelled, or failed at its deadline; so has one
+        ``interrupt()`` stopped before any worker took it.)"""
+        return (
+            any(i.future._state in _WAITABLE for i in self.inflight.values())
+            or any(i.future._state in _WAITABLE for i in self.pending)
+            or bool(self.limbo or self.repair_failed)
+        )
 
     def release_leaked_locks(self, levels: tuple[int, int] = (0, 0)) -> None:
         """Called when an exception (a Ctrl-C) leaves a public entry point: the

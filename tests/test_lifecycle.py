@@ -153,3 +153,34 @@ def test_stats_counts_work():
 def test_public_names():
     for name in interpexec.__all__:
         assert getattr(interpexec, name) is not None
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_interrupting_returns_while_initializers_are_stuck_in_c():
+    """``shutdown(wait=True, cancel_futures=True, interrupt_running=True)`` while
+    every initializer is blocked in C (where no interrupt lands): the workers
+    are retired after ``interrupt_grace`` and not waited for, as
+    ``terminate_workers()`` does; the call no worker took is cancelled.  It
+    waited for ever: a retired worker's replacement, started for that
+    (already cancelled) call, ran the initializer and got stuck in it too."""
+    from . import hostile_helpers as hh
+
+    r, w = os.pipe()
+    arrived_r, arrived_w = os.pipe()
+    ex = InterpreterPoolExecutor(2, initializer=hh.arrive_and_block, initargs=(arrived_w, r), interrupt_grace=0.5)
+    try:
+        fut = ex.submit(fh.ok, 1)
+        assert len(os.read(arrived_r, 1) + os.read(arrived_r, 1)) == 2  # (both initializers are blocked)
+        stopper = threading.Thread(
+            target=ex.shutdown, kwargs={"wait": True, "cancel_futures": True, "interrupt_running": True}
+        )
+        stopper.start()
+        stopper.join(30)
+        assert not stopper.is_alive(), "shutdown() waited for initializers stuck in C"
+        assert fut.cancelled()
+        assert len(ex._pool.workers) <= 2  # (the two stuck ones, retired: no replacement)
+    finally:
+        os.close(w)  # (every initializer's read returns: the workers end)
+        ex.shutdown(wait=True)
+        for fd in (r, arrived_r, arrived_w):
+            os.close(fd)
