@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._compat import RLock, lock_level, outer_level, release_if_owned
+from ._compat import INTERPRETER_MEMORY_FREED, RLock, lock_level, outer_level, release_if_owned
 from ._executor import InterpreterPoolExecutor, default_max_workers
 
 __all__ = ["get_reusable_executor"]
 
 #: Default seconds an idle worker keeps its interpreter in the reusable pool.
-DEFAULT_IDLE_TIMEOUT = 300.0
+#: None on 3.13, where giving an interpreter back leaks its memory instead
+#: (see _compat.INTERPRETER_MEMORY_FREED): a service idle now and then grew
+#: by megabytes at every idle period.
+DEFAULT_IDLE_TIMEOUT: float | None = 300.0 if INTERPRETER_MEMORY_FREED else None
 
 _lock = RLock()  # (the C RLock: release_if_owned can tell it is ours)
 _executor: InterpreterPoolExecutor | None = None
@@ -33,7 +36,9 @@ def get_reusable_executor(
     replaces is not shut down while anybody still holds it (another thread may
     just have received it and be about to submit): it stays usable, and shuts
     down by itself once nothing refers to it any more.  Workers idle for longer than
-    ``idle_timeout`` seconds release their interpreters and come back on demand.
+    ``idle_timeout`` seconds release their interpreters and come back on demand
+    (300 by default; on 3.13, where a released interpreter's memory is not
+    given back, they keep them unless asked).
 
     As with loky: ``max_workers=None`` means one worker per CPU, unless
     ``reuse=True``, which keeps the current executor's size; ``reuse=True``

@@ -92,6 +92,22 @@ def test_reusable_executor_takes_loky_s_defaults_and_reuse():
 
 
 @pytest.mark.timeout(30)
+def test_reusable_executor_keeps_idle_interpreters_on_3_13():
+    """Its idle workers give their interpreters back after 300 s, except on
+    3.13, where CPython does not give a destroyed interpreter's memory back
+    (a bursty service grew by megabytes at every idle period)."""
+    import sys
+
+    ex = get_reusable_executor(reuse=False)
+    try:
+        assert ex._pool.idle_timeout == (300.0 if sys.version_info >= (3, 14) else None)
+        assert get_reusable_executor(reuse=False, idle_timeout=5.0)._pool.idle_timeout == 5.0
+    finally:
+        get_reusable_executor(reuse=True).shutdown()
+        ex.shutdown()
+
+
+@pytest.mark.timeout(30)
 def test_map_buffersize_bounds_submissions():
     with InterpreterPoolExecutor(2) as ex:
         consumed = []
