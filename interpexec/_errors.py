@@ -202,11 +202,18 @@ def pack_exception(exc: BaseException) -> Packed:
 
 def _pack_chain(exc: BaseException, depth: int) -> Packed | None:
     """The exception's cause (or context), packed with its own chain, so that
-    ``raise X from Y`` arrives with ``Y`` reachable."""
+    ``raise X from Y`` arrives with ``Y`` reachable (and an exception raised
+    while handling ``Y`` too, as its context: see :func:`_is_context`)."""
     nxt = exc.__cause__ if exc.__cause__ is not None else (None if exc.__suppress_context__ else exc.__context__)
     if nxt is None or depth >= _MAX_CHAIN:
         return None
     return _pack_one(nxt, "", _pack_chain(nxt, depth + 1))
+
+
+def _is_context(exc: BaseException) -> bool:
+    """Whether what :func:`_pack_chain` packs for ``exc`` is its context (an
+    exception raised while handling another), not its cause (``from``)."""
+    return exc.__cause__ is None and not exc.__suppress_context__ and exc.__context__ is not None
 
 
 def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
@@ -227,7 +234,15 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
         blob = None
     # NameError's and AttributeError's ``name`` is not pickled: send it beside.
     attr_name = getattr(exc, "name", None) if isinstance(exc, (NameError, AttributeError)) else None
-    return (blob, qualified_type_name(tp), message, tb_text, chain, attr_name if isinstance(attr_name, str) else None)
+    return (
+        blob,
+        qualified_type_name(tp),
+        message,
+        tb_text,
+        chain,
+        attr_name if isinstance(attr_name, str) else None,
+        chain is not None and _is_context(exc),
+    )
 
 
 def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
@@ -286,7 +301,11 @@ def unpack_exception(packed: Packed) -> BaseException:
     """Rebuild a packed exception.  Its ``__cause__`` is a :class:`RemoteTraceback`
     with the worker-side traceback (as ProcessPoolExecutor does, and one of its
     own class too: ``_broken.RemoteTracebackCause``); the original
-    cause, if any, hangs off that RemoteTraceback's own ``__cause__``."""
+    cause, if any, hangs off that RemoteTraceback's own ``__cause__``, and an
+    exception the task was handling when it raised off its ``__context__``,
+    with ``__suppress_context__`` set: the traceback text shows it already,
+    as "During handling of the above exception" (shown again as a context of
+    the RemoteTraceback, it read as its direct cause)."""
     exc = _unpack_one(packed)
     # (After it: what loads the class imports multiprocessing, which must not
     # be what resolves a class of the caller's script, see _state._main_info.)
@@ -298,20 +317,32 @@ def unpack_exception(packed: Packed) -> BaseException:
         # the cause, not part of the message; the worker's traceback is its cause.
         original = _unpack_one(packed[4])
         if packed[4][4] is not None:
-            remote.__cause__ = _unpack_chain(packed[4][4])
+            _link(remote, packed[4], suppress=True)
         original.__cause__ = remote
         exc.__cause__ = original
         return exc
     if packed[4] is not None:
-        remote.__cause__ = _unpack_chain(packed[4])
+        _link(remote, packed, suppress=True)
     exc.__cause__ = remote
     return exc
+
+
+def _link(exc: BaseException, packed: Packed, suppress: bool = False) -> None:
+    """Hang the chain ``packed`` carries on ``exc``: as its cause, or as its
+    context for an exception the task was handling (``suppress``: not shown)."""
+    chained = _unpack_chain(packed[4])
+    if len(packed) > 6 and packed[6]:
+        exc.__context__ = chained
+        if suppress:
+            exc.__suppress_context__ = True
+    else:
+        exc.__cause__ = chained
 
 
 def _unpack_chain(packed: Packed) -> BaseException:
     exc = _unpack_one(packed)
     if packed[4] is not None:
-        exc.__cause__ = _unpack_chain(packed[4])
+        _link(exc, packed)
     return exc
 
 

@@ -131,6 +131,14 @@ def outer_fails(message):
     return _inner_fails(message)
 
 
+def raise_while_handling(message):
+    """Raise ValueError(message) while handling a KeyError (an implicit context)."""
+    try:
+        {}["missing key"]
+    except KeyError:
+        raise ValueError(message)  # noqa: B904 (the context is the point)
+
+
 def raise_two_arg_error(a, b):
     raise TwoArgError(a, b)
 

@@ -561,6 +561,26 @@ def test_remote_traceback_names_every_worker_frame(pool):
 
 
 @pytest.mark.timeout(20)
+def test_an_exception_raised_while_handling_another_keeps_it_as_context_shown_once(pool):
+    """``raise`` inside ``except KeyError``: the KeyError is the exception's
+    context, not its cause.  It came back as the RemoteTraceback's cause, shown
+    as "the direct cause", and twice (it is in the traceback text already).
+    Now it hangs off the RemoteTraceback's ``__context__``, not shown there,
+    and the text shows it once, as "During handling of the above exception"."""
+    import traceback
+
+    exc = pool.submit(helpers.raise_while_handling, "while handling").exception(timeout=10)
+    assert type(exc) is ValueError and str(exc) == "while handling"
+    remote = exc.__cause__
+    assert isinstance(remote, RemoteTraceback) and remote.__cause__ is None
+    assert isinstance(remote.__context__, KeyError) and remote.__suppress_context__
+    text = "".join(traceback.format_exception(exc))
+    assert text.count("KeyError: 'missing key'") == 1, text
+    assert text.count("During handling of the above exception") == 1, text
+    assert text.count("direct cause") == 1, text  # (the RemoteTraceback's, of the ValueError)
+
+
+@pytest.mark.timeout(20)
 def test_the_remote_traceback_is_also_the_process_pools_own_class(pool):
     """Code written for ProcessPoolExecutor (CPython's own test_traceback)
     checks the cause's class, the private ``_RemoteTraceback``: the cause is
