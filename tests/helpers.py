@@ -136,7 +136,7 @@ def raise_while_handling(message):
     try:
         {}["missing key"]
     except KeyError:
-        raise ValueError(message)  # noqa: B904 (the context is the point)
+        raise ValueError(message)  # (the context is the point)
 
 
 def raise_two_arg_error(a, b):
