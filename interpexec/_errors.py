@@ -225,13 +225,15 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
     except BaseException:  # a __str__ that raises (even SystemExit) must not stop the report
         message = f"<unprintable {tp.__qualname__}>"
     blob: bytes | None
+    why: str | None = None
     try:
         blob = _compat.dumps(exc, protocol=5)
         _compat.loads(blob)  # it must also come back out on the other side
     except Interrupted:
         raise
-    except BaseException:  # any failure of the user's __reduce__/__setstate__: send it as text
+    except BaseException as failure:  # any failure of the user's __reduce__/__setstate__: send it as text
         blob = None
+        why = _describe(failure)
     # NameError's and AttributeError's ``name`` is not pickled: send it beside.
     attr_name = getattr(exc, "name", None) if isinstance(exc, (NameError, AttributeError)) else None
     return (
@@ -242,7 +244,21 @@ def _pack_one(exc: BaseException, tb_text: str, chain: Packed | None) -> Packed:
         chain,
         attr_name if isinstance(attr_name, str) else None,
         chain is not None and _is_context(exc),
+        why,
     )
+
+
+def _describe(failure: BaseException) -> str:
+    """``Type: message`` of an exception raised by user code (whose ``__str__``
+    may raise too)."""
+    try:
+        text = str(failure)
+    except Interrupted:
+        raise
+    except BaseException:
+        text = ""
+    name = type(failure).__qualname__
+    return f"{name}: {text}" if text else name
 
 
 def pack_unreportable(exc: BaseException, failure: BaseException) -> Packed:
@@ -348,18 +364,26 @@ def _unpack_chain(packed: Packed) -> BaseException:
 
 def _unpack_one(packed: Packed) -> BaseException:
     blob, type_name, message, tb_text = packed[:4]
+    why: str | None = packed[7] if len(packed) > 7 else None  # (why the worker could not pickle it)
     exc: BaseException | None = None
     if blob is not None:
         try:
             exc = _compat.loads(bytes(blob))
         except KeyboardInterrupt:  # a Ctrl-C, not the user's class: the resolver re-delivers
             raise
-        except BaseException:  # the user's __setstate__ raised (even SystemExit): sent as text
+        except BaseException as failure:  # the user's __setstate__ raised (even SystemExit): sent as text
             exc = None
+            why = _describe(failure)
         if not isinstance(exc, BaseException):
             exc = None
     if exc is None:
         exc = RemoteError(type_name, message, tb_text)
+        if why:
+            exc.add_note(
+                f"interpexec: the task's {type_name} could not be rebuilt here ({why}), so it arrives as "
+                "RemoteError. To get the exception itself, make its class picklable: pass every argument of "
+                "its __init__ on to super().__init__(...), or define __reduce__."
+            )
     elif packed[5] is not None and isinstance(exc, (NameError, AttributeError)):
         try:
             exc.name = packed[5]

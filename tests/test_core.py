@@ -621,6 +621,9 @@ def test_exception_that_cannot_be_unpickled_arrives_as_remote_error(pool):
     assert "TwoArgError" in str(exc) and "first" in str(exc)
     assert isinstance(exc.__cause__, RemoteTraceback)
     assert "raise_two_arg_error" in str(exc.__cause__)
+    # Why it could not be rebuilt, and the remedy, are said.
+    (note,) = exc.__notes__
+    assert "missing 1 required positional argument: 'b'" in note and "super().__init__" in note, note
     # The pool is still usable.
     assert pool.submit(helpers.square, 5).result(timeout=10) == 25
 
@@ -632,6 +635,8 @@ def test_exception_that_cannot_be_pickled_arrives_as_remote_error(pool):
     assert exc.type_name == "ValueError"
     assert "holds a lock" in exc.message
     assert "raise_unpicklable_error" in exc.traceback_text
+    (note,) = exc.__notes__
+    assert "cannot pickle" in note and "__reduce__" in note, note
     assert pool.submit(helpers.square, 6).result(timeout=10) == 36
 
 
