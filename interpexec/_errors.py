@@ -79,7 +79,9 @@ class IncompatibleModuleError(ImportError):
         self.distribution = distribution
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.module, self.detail, self.distribution or ""))
+        notes = getattr(self, "__notes__", None)  # (they cross too: where it was raised, say)
+        state = {"__notes__": list(notes)} if notes else None
+        return (type(self), (self.module, self.detail, self.distribution or ""), state)
 
 
 _DISTRIBUTIONS: dict[str, list[str]] = {}
@@ -195,7 +197,11 @@ def pack_exception(exc: BaseException) -> Packed:
         tb_text = "<the traceback could not be formatted>\n"
     incompatible = as_incompatible_module_error(exc)
     if incompatible is not None and incompatible is not exc:
-        # The original exception comes along as the cause (see unpack_exception).
+        # The original exception comes along as the cause (see unpack_exception),
+        # and the package's own notes on it (where it was raised) with this one.
+        for note in getattr(exc, "__notes__", None) or ():
+            if isinstance(note, str) and note.startswith("interpexec:"):
+                incompatible.add_note(note)
         return _pack_one(incompatible, tb_text, _pack_one(exc, "", _pack_chain(exc, 0)))
     return _pack_one(exc, tb_text, _pack_chain(exc, 0))
 

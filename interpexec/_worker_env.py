@@ -27,6 +27,16 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+#: The note on an exception raised by the caller's script run as ``__mp_main__``.
+SCRIPT_RAISED = (
+    "interpexec: this was raised by the top level of your script, which workers run (as __mp_main__, without "
+    'its `if __name__ == "__main__":` block) to find the functions and classes it defines, as '
+    "ProcessPoolExecutor's spawn workers do. Move what workers cannot run (such as an import of a module that "
+    "cannot load in a subinterpreter) under that block or into the functions that need it, or define the task's "
+    "functions in a module of their own."
+)
+
+
 class MainFixup:
     """Lets functions and classes defined in the parent's ``__main__`` resolve.
 
@@ -49,13 +59,17 @@ class MainFixup:
         import types
 
         name, path = self.main_name, self.main_path
-        if name and name != "__main__" and not name.endswith(".__main__"):
-            namespace = runpy.run_module(name, run_name="__mp_main__", alter_sys=True)
-        elif path and os.path.exists(path):
-            namespace = runpy.run_path(path, run_name="__mp_main__")
-        else:
-            self.done = True
-            return
+        try:
+            if name and name != "__main__" and not name.endswith(".__main__"):
+                namespace = runpy.run_module(name, run_name="__mp_main__", alter_sys=True)
+            elif path and os.path.exists(path):
+                namespace = runpy.run_path(path, run_name="__mp_main__")
+            else:
+                self.done = True
+                return
+        except Exception as exc:  # the script's own failure: say where it comes from
+            exc.add_note(SCRIPT_RAISED)
+            raise
         module = types.ModuleType("__mp_main__")
         module.__dict__.update(namespace)
         sys.modules["__main__"] = sys.modules["__mp_main__"] = module

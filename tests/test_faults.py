@@ -3233,3 +3233,38 @@ def test_waiting_pool_calls_in_a_done_callback_return(call):
         assert [f.result(timeout=30) for f in fs] == list(range(50))
     finally:
         ex.shutdown(wait=True)
+
+
+SCRIPT_IMPORTS_INCOMPATIBLE = textwrap.dedent(
+    """
+    import _testsinglephase  # (refuses subinterpreters; the parent alone uses it)
+    from interpexec import IncompatibleModuleError, InterpreterPoolExecutor
+
+    def work(x):
+        return x * 2
+
+    if __name__ == "__main__":
+        with InterpreterPoolExecutor(1) as pool:
+            try:
+                pool.submit(work, 1).result(timeout=20)
+            except IncompatibleModuleError as exc:
+                print("module", exc.module)
+                print("notes", " ".join(getattr(exc, "__notes__", [])))
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_scripts_top_level_import_workers_cannot_load_is_explained(tmp_path):
+    """A script that imports, at its top level, a module workers cannot load
+    (NumPy, say), used only under its ``__main__`` guard: every task defined in
+    it fails, because workers run the script's top level to find its functions.
+    The error named the module and said to import it "in the parent only",
+    which the user thinks they do; it now says the script's top level raised it,
+    and what to move where."""
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT_IMPORTS_INCOMPATIBLE)
+    proc = run_script("", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "module _testsinglephase" in proc.stdout, proc.stdout
+    assert "the top level of your script" in proc.stdout and '`if __name__ == "__main__":`' in proc.stdout, proc.stdout
