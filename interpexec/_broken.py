@@ -15,19 +15,21 @@ the one it expects.
 
 from __future__ import annotations
 
-from concurrent.futures.process import BrokenProcessPool
-
 from . import _compat
 from ._errors import RemoteTraceback
 
-try:  # 3.14+
-    from concurrent.futures.interpreter import (  # type: ignore[import-not-found,unused-ignore]
-        BrokenInterpreterPool as _StdBroken,
-    )
+# (Possibly during the exit: a pool that breaks, or a task that fails, then.)
+with _compat.imports_during_exit():
+    from concurrent.futures.process import BrokenProcessPool
 
-    _broken_bases: tuple[type, ...] = (BrokenProcessPool, _StdBroken)
-except ImportError:  # 3.13
-    _broken_bases = (BrokenProcessPool,)
+    try:  # 3.14+
+        from concurrent.futures.interpreter import (  # type: ignore[import-not-found,unused-ignore]
+            BrokenInterpreterPool as _StdBroken,
+        )
+
+        _broken_bases: tuple[type, ...] = (BrokenProcessPool, _StdBroken)
+    except ImportError:  # 3.13
+        _broken_bases = (BrokenProcessPool,)
 
 __all__ = ["BrokenInterpreterPool", "RemoteTracebackCause"]
 

@@ -84,11 +84,40 @@ def __getattr__(name: str) -> Any:
         #: ``concurrent.futures.process._RemoteTraceback``, the class of a
         #: ProcessPoolExecutor task's exception's ``__cause__`` (its module
         #: imports multiprocessing: on first use, in the main interpreter).
-        from concurrent.futures import process
+        with imports_during_exit():
+            from concurrent.futures import process
 
         names[name] = process._RemoteTraceback
         return names[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class imports_during_exit:  # (used as a function: ``with imports_during_exit():``)
+    """Around an import of a ``concurrent.futures`` module that may first
+    happen during the program's exit (the first failed task or broken pool
+    then): ``concurrent.futures.process`` and ``.thread`` register an exit hook
+    with ``threading._register_atexit`` when imported, which raises once
+    threading's exit has begun, and the import failed.  Then the registration
+    is skipped: a module imported that late has made no executor for the hook
+    to stop."""
+
+    def __enter__(self) -> None:
+        import threading
+
+        self.saved = None
+        if getattr(threading, "_SHUTTING_DOWN", False):
+            self.saved = threading._register_atexit  # type: ignore[attr-defined]
+            threading._register_atexit = _skip_registration  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            import threading
+
+            threading._register_atexit = self.saved  # type: ignore[attr-defined]
+
+
+def _skip_registration(*args: Any, **kwargs: Any) -> None:
+    pass
 
 
 def _bind_main_side(names: dict[str, Any]) -> None:

@@ -248,3 +248,9 @@ def on_each_instruction(code, callback):
     sys.monitoring.use_tool_id(tool, "test")
     sys.monitoring.register_callback(tool, sys.monitoring.events.INSTRUCTION, callback)
     sys.monitoring.set_local_events(tool, code, sys.monitoring.events.INSTRUCTION)
+
+
+def raise_after_fd(rfd, message="after the byte"):
+    """Block (in C) until a byte arrives on rfd, then raise ValueError(message)."""
+    os.read(rfd, 1)
+    raise ValueError(message)

@@ -418,3 +418,52 @@ def test_a_queued_future_whose_lock_the_main_thread_left_held_does_not_deadlock(
         assert sorted(done) == list(range(12))  # the held future's task ran too
     if how == "shutdown":
         assert "shut down" in proc.stdout
+
+
+FAILS_DURING_EXIT_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, threading
+    sys.path.insert(0, {root!r})
+    import interpexec
+    from tests import hostile_helpers as hh
+    if __name__ == "__main__":
+        r, w = os.pipe()
+        if sys.argv[1] == "task":
+            pool = interpexec.InterpreterPoolExecutor(1)
+            fut = pool.submit(hh.raise_after_fd, r)
+        else:  # the pool breaks: its initializer fails
+            pool = interpexec.InterpreterPoolExecutor(1, initializer=hh.raise_after_fd, initargs=(r,))
+            fut = pool.submit(abs, -1)
+
+        def done(f):
+            exc = f.exception()
+            cause = exc.__cause__
+            print("done", type(exc).__name__, type(cause).__name__, flush=True)
+
+        fut.add_done_callback(done)
+        print("concurrent.futures.process imported:", "concurrent.futures.process" in sys.modules, flush=True)
+        # Runs once the exit has begun (threading's exit hooks run last registered
+        # first: before the pool's, which then waits for the task).
+        threading._register_atexit(lambda: os.write(w, b"x"))
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("what", ["task", "initializer"])
+def test_a_first_failure_during_the_exit_still_resolves_its_future(tmp_path, what):
+    """The classes of a task's failure (its cause is also ProcessPoolExecutor's
+    remote traceback class) and of a broken pool are made when first needed,
+    importing concurrent.futures.process, which registers an exit hook with
+    threading; once the exit has begun that raises, and the future never
+    resolved (an error printed instead)."""
+    script = tmp_path / "fails_at_exit.py"
+    script.write_text(FAILS_DURING_EXIT_SCRIPT.format(root=ROOT))
+    proc = subprocess.run([sys.executable, str(script), what], capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "concurrent.futures.process imported: False", proc.stdout
+    # (A broken pool's cause is the initializer's exception, as the standard pools have it.)
+    expected = "done ValueError RemoteTraceback" if what == "task" else "done BrokenInterpreterPool ValueError"
+    assert lines[1:] == [expected], (proc.stdout, proc.stderr)
+    assert "escaped" not in proc.stderr and "atexit" not in proc.stderr, proc.stderr
