@@ -66,6 +66,8 @@ class Pool(Stopper):
                     }
                 )
             pending = sum(1 for item in self.pending if not item.future.cancelled())
+            # (and those a stop is cancelling, still pending: see Resolver.finish_cancelling)
+            pending += sum(1 for item in self.cancelling.values() if not item.future.done())
             return {
                 "max_workers": self.max_workers,
                 "workers": workers,

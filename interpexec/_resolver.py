@@ -395,9 +395,12 @@ class Resolver(Workers):
             cancelling[item.tid] = item
         self.pending.clear()
 
-    def finish_cancelling(self) -> bool:
-        """Cancel the futures of the calls in ``cancelling``, outside the pool's
-        lock (their done-callbacks run here); True once none is left.
+    def finish_cancelling(self, blocking: bool = True) -> bool:
+        """Cancel the futures of the calls in ``cancelling``, and of those
+        ``terminate_workers()`` took back from the task queue (``taken_back``:
+        still in the window, never to run), outside the pool's lock (their
+        done-callbacks run here); True once none is left.  Not ``blocking``:
+        never wait for a future's lock (a thread in ``result()`` with a timeout).
 
         Each step is idempotent and an item leaves ``cancelling`` only after
         its future has left PENDING, so a signal handler's exception that cuts
@@ -410,21 +413,37 @@ class Resolver(Workers):
         main thread left held), or a thread holding the pool's lock (a signal
         handler's ``shutdown()`` inside a pool call: a thread inside
         ``cancel()`` holds the future's lock while it waits for the pool's)."""
-        cancelling = self.cancelling
+        cancelling, taken_back = self.cancelling, self.taken_back
         resolver = threading.get_ident() == self.resolver_ident
-        blocking = not resolver and not lock_level(self.lock)
+        blocking = blocking and not resolver and not lock_level(self.lock)
         done = 0
         for tid, item in list(cancelling.items()):
             if item.future._state == _PENDING and item.future.cancel_if_pending(blocking) is None:
                 continue  # (its lock is taken: later)
             if cancelling.pop(tid, None) is not None:
                 done += 1
-        if cancelling:
+        for tid in list(taken_back):
+            back = self.inflight.get(tid)
+            if back is not None and back.future._state in WAITABLE:
+                cond = back.future._condition
+                if not blocking:
+                    if not cond.acquire(False):
+                        continue  # (later)
+                    cond.release()  # (not held while its callbacks run)
+                back.future.force_cancel()
+                if back.waiter_fd:
+                    notify(back.waiter_fd - 1)
+            with self.lock:
+                if back is not None and self.inflight.get(tid) is back:
+                    del self.inflight[tid]
+                taken_back.discard(tid)
+                done += 1
+        if cancelling or taken_back:
             if resolver:  # (as for parked outcomes: the interval doubles while none moves)
                 self.park_retry = PARK_RETRY if done else min(2 * self.park_retry, PARK_RETRY_MAX)
             elif not blocking:
                 self.wake_resolver()  # (it keeps the time)
-        return not cancelling
+        return not (cancelling or taken_back)
 
     def _park(self, tid: int, item: WorkItem, outcome: tuple[bool, Any]) -> None:
         """Keep a decoded outcome whose future's lock another thread holds (a
@@ -620,14 +639,21 @@ class Resolver(Workers):
             # (Parked outcomes settled here may be all it waited for to end:
             # it then looks at the end below before it sleeps with no deadline.)
             settled = bool(self.parked) and self.retry_parked()
-            if self.cancelling:  # (left by a shutdown a signal handler cut short, or one that could not wait)
-                self.finish_cancelling()
+            if self.cancelling or self.taken_back:  # (left by a stop cut short, or one that could not wait)
+                try:
+                    self.finish_cancelling()
+                except BaseException as exc:  # a done-callback's (even SystemExit): say so, go on
+                    _report("a done-callback raised while the pool cancelled a call", exc)
             if not self.collect() and not due and not settled:
                 # Publish "asleep", look once more, then block on the pipe.
                 ctl[COLLECTOR_ASLEEP] = 1
                 if not self.collect() and not due:
                     # (With outcomes parked, it wakes to try them again.)
-                    retry_at = time.monotonic() + self.park_retry if self.parked or self.cancelling else None
+                    retry_at = (
+                        time.monotonic() + self.park_retry
+                        if self.parked or self.cancelling or self.taken_back
+                        else None
+                    )
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
                         if self._wait_or_grow(None, retry_at):
                             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
@@ -652,6 +678,7 @@ class Resolver(Workers):
                     and not due
                     and not self.parked
                     and not self.cancelling
+                    and not self.taken_back
                     # (A result another thread took and is settling: its
                     # callbacks come here, once the future is done.)
                     # (A copy first: other threads change it without the lock.)

@@ -233,6 +233,9 @@ class PoolState:
         # ``pending`` to cancel, until each future is cancelled (see
         # Resolver.finish_cancelling), by task id:
         self.cancelling: dict[int, WorkItem] = {}
+        # Calls terminate_workers() took back from the task queue, by task id:
+        # still in ``inflight`` until their futures are cancelled.
+        self.taken_back: set[int] = set()
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()

@@ -30,7 +30,6 @@ from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
 from ._transport import PARK
 from ._waiting import Waiting
-from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -148,19 +147,14 @@ class Stopper(Waiting):
             self.shutdown_flag = True
             self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
             self.take_pending_to_cancel_locked()
+            # What no worker has started yet, taken back: recorded at once (one
+            # C call), and cancelled with the rest below.
+            self.taken_back.update(self.take_back_queued_locked())
         try:
             self.finish_cancelling()
         except BaseException:
             self.wake_resolver()  # (it finishes them)
             raise
-        # Take back what no worker has started yet.
-        with self.lock:
-            items = [self.inflight.pop(tid, None) for tid in self.take_back_queued_locked()]
-        for item in items:
-            if item is not None:
-                item.future.force_cancel()
-                if item.waiter_fd:
-                    notify(item.waiter_fd - 1)
         self.interrupt_running()
         with self.lock:
             failed = self.dispatch_locked() if self.started and not self.forked else []
@@ -234,6 +228,7 @@ class Stopper(Waiting):
         self.dispatching = None
         self.limbo = []
         self.cancelling = {}
+        self.taken_back = set()
         self.repair_failed = []
         self.closed = True
         self.parking = False
