@@ -31,6 +31,10 @@ with _compat.imports_during_exit():
     except ImportError:  # 3.13
         _broken_bases = (BrokenProcessPool,)
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["BrokenInterpreterPool", "RemoteTracebackCause"]
 
 
@@ -46,8 +50,9 @@ class RemoteTracebackCause(RemoteTraceback, _compat.ProcessRemoteTraceback):  # 
     that is also ProcessPoolExecutor's own remote traceback class.  Shown and
     pickled as ``interpexec.RemoteTraceback``."""
 
-    def __reduce__(self) -> tuple[type[RemoteTraceback], tuple[str]]:
-        return (RemoteTraceback, (self.tb,))
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (Its attributes, notes among them, come along.)
+        return (RemoteTraceback, (self.tb,), dict(self.__dict__) or None)
 
 
 RemoteTracebackCause.__module__ = RemoteTraceback.__module__

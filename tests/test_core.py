@@ -593,8 +593,10 @@ def test_the_remote_traceback_is_also_the_process_pools_own_class(pool):
     assert isinstance(cause, _RemoteTraceback) and isinstance(cause, RemoteTraceback)
     assert cause.tb == str(cause) and "outer_fails" in cause.tb
     assert f"{type(cause).__module__}.{type(cause).__qualname__}" == "interpexec._errors.RemoteTraceback"
+    cause.add_note("a note of the caller's")
     again = pickle.loads(pickle.dumps(cause))
     assert type(again) is RemoteTraceback and str(again) == str(cause)
+    assert again.__notes__ == ["a note of the caller's"]  # (its attributes come along)
 
 
 @pytest.mark.timeout(20)

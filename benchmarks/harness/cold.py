@@ -78,7 +78,12 @@ done = threading.Event()
 failures = []
 
 def worker():
-    interp = compat.create_interpreter()
+    try:
+        interp = compat.create_interpreter()
+    except BaseException as exc:
+        failures.append(repr(exc))
+        ready.release()
+        return
     try:
         failure = compat.run_string(interp, "pass")
         if failure is not None:

@@ -158,7 +158,9 @@ class InterpreterBackend(AutoBatchingMixin, ParallelBackendBase):  # type: ignor
                 exc: BaseException = loads_results(carrier.blob)  # type: ignore[assignment]
             except Exception:
                 raise carrier from None  # (its text is the worker traceback)
-            raise exc from RemoteTraceback('\n"""\n%s"""' % carrier.traceback_text)
+            from .._broken import RemoteTracebackCause  # (as the pool's own causes: see there)
+
+            raise exc from RemoteTracebackCause('\n"""\n%s"""' % carrier.traceback_text)
         except Exception as exc:
             if _ran_joblib(exc):
                 exc.add_note(_JOBLIB_IN_WORKER)
