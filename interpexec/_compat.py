@@ -97,27 +97,48 @@ class imports_during_exit:  # (used as a function: ``with imports_during_exit():
     happen during the program's exit (the first failed task or broken pool
     then): ``concurrent.futures.process`` and ``.thread`` register an exit hook
     with ``threading._register_atexit`` when imported, which raises once
-    threading's exit has begun, and the import failed.  Then the registration
-    is skipped: a module imported that late has made no executor for the hook
-    to stop."""
+    threading's exit has begun, and the import failed.  Then the hook runs at
+    once instead, as it would have run at the exit's start: the module knows
+    the exit has begun (a pool of its own made later refuses work, as the
+    standard library's pools do during the exit; skipping the hook let one
+    run, and the exit then waited for its threads for ever).  Nested and
+    concurrent uses share one replacement (``_exit_import_depth``)."""
 
     def __enter__(self) -> None:
         import threading
 
-        self.saved = None
-        if getattr(threading, "_SHUTTING_DOWN", False):
-            self.saved = threading._register_atexit  # type: ignore[attr-defined]
-            threading._register_atexit = _skip_registration  # type: ignore[attr-defined]
+        global _exit_import_depth, _saved_register
+        if not getattr(threading, "_SHUTTING_DOWN", False):
+            self.counted = False
+            return
+        with _exit_import_lock:
+            if _exit_import_depth == 0:
+                _saved_register = threading._register_atexit  # type: ignore[attr-defined]
+                threading._register_atexit = _run_now  # type: ignore[attr-defined]
+            _exit_import_depth += 1
+        self.counted = True
 
     def __exit__(self, *exc: object) -> None:
-        if self.saved is not None:
-            import threading
+        global _exit_import_depth, _saved_register
+        if not self.counted:
+            return
+        import threading
 
-            threading._register_atexit = self.saved  # type: ignore[attr-defined]
+        with _exit_import_lock:
+            _exit_import_depth -= 1
+            if _exit_import_depth == 0:
+                threading._register_atexit = _saved_register  # type: ignore[attr-defined]
+                _saved_register = None
 
 
-def _skip_registration(*args: Any, **kwargs: Any) -> None:
-    pass
+_exit_import_lock = _thread.allocate_lock()
+_exit_import_depth = 0
+_saved_register: Any = None
+
+
+def _run_now(func: Any, *args: Any, **kwargs: Any) -> None:
+    """``threading._register_atexit`` once the exit has begun: the hook runs now."""
+    func(*args, **kwargs)
 
 
 def _bind_main_side(names: dict[str, Any]) -> None:

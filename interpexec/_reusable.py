@@ -40,13 +40,15 @@ def get_reusable_executor(
     (300 by default; on 3.13, where a released interpreter's memory is not
     given back, they keep them unless asked).
 
-    As with loky: ``max_workers=None`` means one worker per CPU, unless
-    ``reuse=True``, which keeps the current executor's size; ``reuse=True``
-    also keeps the current executor when other keyword arguments differ, and
-    ``reuse=False`` always makes a new one (``"auto"``, the default: reuse when
-    they are the same).  Unlike loky 3.7+, which keeps one per thread, the
-    executor is one for the whole process (it is thread-safe, and a pool per
-    thread would multiply the interpreters).
+    ``max_workers=None`` keeps the current executor's size (one worker per
+    CPU for the first): loky resizes its executor in place to one per CPU,
+    which this one cannot do, and replacing it whenever callers alternate
+    sizes (joblib always gives one) would make a new pool at every call.  As
+    with loky, ``reuse=True`` keeps the current executor when other keyword
+    arguments differ, and ``reuse=False`` always makes a new one (``"auto"``,
+    the default: reuse when they are the same).  Unlike loky 3.7+, which
+    keeps one per thread, the executor is one for the whole process (it is
+    thread-safe, and a pool per thread would multiply the interpreters).
 
     Do not call ``shutdown()`` on it unless you mean it for the whole process:
     the next call then creates a fresh one.
@@ -69,7 +71,7 @@ def _get(
         config = {"idle_timeout": idle_timeout, **kwargs}
         current = _executor
         if max_workers is None:
-            max_workers = current.max_workers if reuse is True and current is not None else default_max_workers()
+            max_workers = current.max_workers if current is not None and current.usable else default_max_workers()
         if current is not None and current.usable and max_workers == current.max_workers:
             if reuse is True or (reuse == "auto" and config == _config):
                 return current

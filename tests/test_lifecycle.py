@@ -72,15 +72,19 @@ def test_reusable_executor_is_reused_resized_and_recreated():
 
 
 @pytest.mark.timeout(30)
-def test_reusable_executor_takes_loky_s_defaults_and_reuse():
-    """As loky's: ``max_workers=None`` is one worker per CPU, whatever size was
-    asked for before, unless ``reuse=True``; ``reuse=True`` keeps the executor
-    when other arguments differ, ``reuse=False`` makes a new one."""
+def test_reusable_executor_takes_loky_s_reuse_and_keeps_its_size_by_default():
+    """``max_workers=None`` keeps the current size (one per CPU for the first:
+    loky resizes in place, which this pool cannot, and a caller alternating
+    sizes with one that gives none made a new pool each time); as loky's,
+    ``reuse=True`` keeps the executor when other arguments differ,
+    ``reuse=False`` makes a new one."""
+    get_reusable_executor(reuse=True).shutdown()
     cpus = os.process_cpu_count() or 1
+    assert get_reusable_executor()._max_workers == cpus
     one = get_reusable_executor(1)
-    default = get_reusable_executor()
-    assert default._max_workers == cpus and (default is one) == (cpus == 1)
-    assert get_reusable_executor() is default
+    for _ in range(3):  # (alternating: no new pool)
+        assert get_reusable_executor() is one and get_reusable_executor(1) is one
+    default = one
     assert get_reusable_executor(reuse=True, task_timeout=5.0) is default
     changed = get_reusable_executor(task_timeout=5.0)
     assert changed is not default
