@@ -508,3 +508,18 @@ def test_example_script(dk):
     assert expected in proc.stdout
     assert "tasks ran in interpreters [" in proc.stdout
     assert "interpreters [0" not in proc.stdout  # never in a worker's main interpreter
+
+
+@pytest.mark.timeout(60)
+def test_a_task_raising_while_handling_another_keeps_that_context_for_dask(dk):
+    """The runner's failure report puts the task's own frames in place of the
+    RemoteTraceback: the exception it was handling (its context, which the
+    RemoteTraceback keeps as a suppressed context) must stay, as its context."""
+    from interpexec import InterpreterPoolExecutor
+    from interpexec.dask._report import failure_msg
+
+    with InterpreterPoolExecutor(1) as ex:
+        exc = ex.submit(h.fail_while_handling, 3).exception(timeout=30)
+    msg = failure_msg(exc, 0.0, 1.0, 0.0, "exception")
+    assert msg["op"] == "task-erred" and msg["exception"] is exc
+    assert exc.__cause__ is None and isinstance(exc.__context__, KeyError) and not exc.__suppress_context__

@@ -84,8 +84,13 @@ def failure_msg(exc: BaseException, start: float, stop: float, delay: float, exc
     tb = _rebuild_traceback(frames) if frames else None
     if tb is not None:
         # The task's own frames stand in for interpexec's RemoteTraceback text, so
-        # the client sees the exception as if the task had run in a thread.
-        exc.__cause__ = exc.__cause__.__cause__  # type: ignore[union-attr]
+        # the client sees the exception as if the task had run in a thread: with
+        # its cause, or the exception it was handling as its context.
+        cause = exc.__cause__
+        exc.__cause__ = cause.__cause__  # type: ignore[union-attr]
+        if exc.__cause__ is None and cause.__context__ is not None:  # type: ignore[union-attr]
+            exc.__context__ = cause.__context__  # type: ignore[union-attr]
+            exc.__suppress_context__ = False
     elif not remote:
         tb = exc.__traceback__  # raised here, in the main interpreter
     try:
