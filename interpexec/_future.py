@@ -377,17 +377,23 @@ class PoolFuture(Future[T]):
         """Cancel even a running future (its task is being stopped).  False if it
         had already finished.  With ``by_pool``, the done-callbacks run on the
         resolver thread (see :meth:`_finish`)."""
-        with self._condition:
-            if self._state == _base.FINISHED:
-                return False
-            if self._state in (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED):
-                return True
-            self._state = _base.CANCELLED_AND_NOTIFIED
-            for waiter in self._waiters:
-                waiter.add_cancelled(self)
-            self._condition.notify_all()
-        if not (by_pool and self._done_callbacks and self._hand_over_callbacks()):
-            self._invoke_callbacks()
+        changed = False
+        try:
+            with self._condition:
+                if self._state == _base.FINISHED:
+                    return False
+                if self._state in (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED):
+                    return True
+                self._state = _base.CANCELLED_AND_NOTIFIED
+                changed = True  # (no call in between: nothing can land there)
+                for waiter in self._waiters:
+                    waiter.add_cancelled(self)
+                self._condition.notify_all()
+        finally:
+            # (Even when a signal handler's exception cut the above short: the
+            # state changed, and nothing would run them later.)
+            if changed and not (by_pool and self._done_callbacks and self._hand_over_callbacks()):
+                self._invoke_callbacks()
         return True
 
 

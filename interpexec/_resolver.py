@@ -431,8 +431,8 @@ class Resolver(Workers):
                         continue  # (later)
                     cond.release()  # (not held while its callbacks run)
                 back.future.force_cancel()
-                if back.waiter_fd:
-                    notify(back.waiter_fd - 1)
+            if back is not None and back.waiter_fd:
+                notify(back.waiter_fd - 1)  # (again if a cut-short pass cancelled it: a spare wake-up is harmless)
             with self.lock:
                 if back is not None and self.inflight.get(tid) is back:
                     del self.inflight[tid]

@@ -68,7 +68,11 @@ class MainFixup:
                 self.done = True
                 return
         except Exception as exc:  # the script's own failure: say where it comes from
-            exc.add_note(SCRIPT_RAISED)
+            try:
+                if SCRIPT_RAISED not in (getattr(exc, "__notes__", None) or ()):  # (an exception kept: once)
+                    exc.add_note(SCRIPT_RAISED)
+            except Exception:  # (a __notes__ that is not a list: the exception as it is)
+                pass
             raise
         module = types.ModuleType("__mp_main__")
         module.__dict__.update(namespace)
