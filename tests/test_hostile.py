@@ -1480,7 +1480,12 @@ class Term(Exception):
 def on_term(signum, frame):
     raise Term("a SIGTERM handler's exception")
 signal.signal(signal.SIGTERM, on_term)
-FUNCS = [Resolver.take_pending_to_cancel_locked, Resolver.finish_cancelling, PoolFuture.cancel_if_pending, PoolFuture.force_cancel]
+FUNCS = [
+    Resolver.take_pending_to_cancel_locked,
+    Resolver.finish_cancelling,
+    PoolFuture.cancel_if_pending,
+    PoolFuture.force_cancel,
+]
 def signal_points(func):
     # Where CPython runs a signal handler: a function's start, right after a
     # call returns, and at a backward jump.
