@@ -61,9 +61,9 @@ print("{prefix}" + json.dumps({{"total": t2 - t0, "import": t1 - t0, "workers_se
 ex.shutdown()
 """
 
-BARE_SOURCE = """\
+#: What both floors' fresh processes start with (no braces: the sources go through str.format).
+_BARE_HEAD = """\
 import json
-import threading
 import interpexec._compat as compat
 
 def rss_kib():
@@ -72,6 +72,12 @@ def rss_kib():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+"""
+
+BARE_SOURCE = (
+    _BARE_HEAD
+    + """\
+import threading
 
 ready = threading.Semaphore(0)
 done = threading.Event()
@@ -107,18 +113,11 @@ if failures:
     raise RuntimeError(failures[0])
 print("{prefix}" + json.dumps({{"kib_per_interp": (after - before) / {count}}}))
 """
+)
 
-BARE_MAIN_THREAD_SOURCE = """\
-import json
-import interpexec._compat as compat
-
-def rss_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
+BARE_MAIN_THREAD_SOURCE = (
+    _BARE_HEAD
+    + """\
 ids = []
 before = rss_kib()
 for _ in range({count}):
@@ -131,6 +130,7 @@ for i in ids:
     compat.destroy_interpreter(i)
 print("{prefix}" + json.dumps({{"kib_per_interp": (after - before) / {count}}}))
 """
+)
 
 MARK = "@@cold "
 
