@@ -13,6 +13,7 @@ from ._protocol import UNREPORTABLE, Interrupted, qualified_type_name
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from re import Pattern
     from typing import Any
 
@@ -319,7 +320,7 @@ def explain_inheritance_only(exc: BaseException) -> None:
     )
 
 
-def unpack_exception(packed: Packed) -> BaseException:
+def unpack_exception(packed: Packed, cause_class: Callable[[], type[RemoteTraceback]] | None = None) -> BaseException:
     """Rebuild a packed exception.  Its ``__cause__`` is a :class:`RemoteTraceback`
     with the worker-side traceback (as ProcessPoolExecutor does, and one of its
     own class too: ``_broken.RemoteTracebackCause``); the original
@@ -329,11 +330,10 @@ def unpack_exception(packed: Packed) -> BaseException:
     as "During handling of the above exception" (shown again as a context of
     the RemoteTraceback, it read as its direct cause)."""
     exc = _unpack_one(packed)
-    # (After it: what loads the class imports multiprocessing, which must not
-    # be what resolves a class of the caller's script, see _state._main_info.)
-    from ._broken import RemoteTracebackCause  # (the main interpreter only: see there)
-
-    remote = RemoteTracebackCause('\n"""\n%s"""' % packed[3])
+    # (The class of the RemoteTraceback, ``cause_class()``, comes after it: the
+    # resolver's loads multiprocessing, which must not be what resolves a
+    # class of the caller's script, see _state._main_info.)
+    remote = (cause_class() if cause_class is not None else RemoteTraceback)('\n"""\n%s"""' % packed[3])
     if isinstance(exc, IncompatibleModuleError) and packed[4] is not None:
         # The refusal's own exception (a third party's text, NumPy's advice) is
         # the cause, not part of the message; the worker's traceback is its cause.

@@ -45,7 +45,7 @@ from ._compat import (
     queue_take,
     start_thread_object,
 )
-from ._errors import explain_missing_main_global, unpack_exception
+from ._errors import RemoteTraceback, explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PipeWaiter, PoolFuture, set_exception_if_running
 from ._lifecycle import Workers, warn_threads_left
 from ._protocol import (
@@ -576,7 +576,7 @@ class Resolver(Workers):
             except BaseException as exc:  # unpickling failed: that future fails with it
                 return False, exc
         if kind == ERR:
-            error = unpack_exception(msg[2])
+            error = unpack_exception(msg[2], _cause_class)
             explain_missing_main_global(error)
             return False, error
         if kind == TIMEOUT:
@@ -600,7 +600,7 @@ class Resolver(Workers):
                 self.ready_slots.add(slot)
                 self.ready.notify_all()
         elif event == EV_INIT_FAILED:
-            error = unpack_exception(data)
+            error = unpack_exception(data, _cause_class)
             # Logged as ThreadPoolExecutor's workers do, before the pool breaks:
             # a handler has the record by the time a future fails with
             # BrokenInterpreterPool (what the standard tests check, with
@@ -872,6 +872,14 @@ _NOTHING = object()  # (a sentinel no message equals)
 _RUNNING = _base.RUNNING
 _PENDING = _base.PENDING
 _InvalidStateError = _base.InvalidStateError
+
+
+def _cause_class() -> type[RemoteTraceback]:
+    """The class of a task exception's cause: ``_broken.RemoteTracebackCause``,
+    made on first use (it imports multiprocessing)."""
+    from ._broken import RemoteTracebackCause
+
+    return RemoteTracebackCause
 
 
 def _copy_out(arrived: deque[Any]) -> list[int]:
