@@ -56,7 +56,7 @@ class Stopper(Waiting):
         # (Also those an earlier shutdown, cut short, left.)  Inside a pool call
         # that holds the pool's lock (a signal handler's shutdown), a call whose
         # future's lock another thread holds is left to the resolver: see there.
-        if self.cancelling:
+        if self.cancelling or self.taken_back:
             try:
                 self.finish_cancelling()
             except BaseException:
@@ -147,8 +147,10 @@ class Stopper(Waiting):
             self.shutdown_flag = True
             self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
             self.take_pending_to_cancel_locked()
-            # What no worker has started yet, taken back: recorded at once (one
-            # C call), and cancelled with the rest below.
+            # What no worker has started yet, taken back: recorded as soon as
+            # the take returns (one C call), and cancelled with the rest below.
+            # (Not covered: a signal handler's exception landing inside the
+            # take itself, after the queue gave them up, leaves them running.)
             self.taken_back.update(self.take_back_queued_locked())
         try:
             self.finish_cancelling()
