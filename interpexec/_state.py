@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 import weakref
-from concurrent.futures import _base
 
 from ._compat import (
     RLock,
@@ -42,6 +41,7 @@ from ._compat import (
     release_all,
     release_if_owned,
 )
+from ._future import WAITABLE
 from ._pickling import dumps, encode_callable
 from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
@@ -96,9 +96,6 @@ class Events:
             reacquire(self._lock, saved)
             self._pipes.remove(pipe[1])
             give_back(pipe)
-
-
-_WAITABLE = (_base.PENDING, _base.RUNNING)
 
 
 class WorkItem:
@@ -278,8 +275,8 @@ class PoolState:
         was interrupted, cancelled, or failed at its deadline; so has one
         ``interrupt()`` stopped before any worker took it.)"""
         return (
-            any(i.future._state in _WAITABLE for i in self.inflight.values())
-            or any(i.future._state in _WAITABLE for i in self.pending)
+            any(i.future._state in WAITABLE for i in self.inflight.values())
+            or any(i.future._state in WAITABLE for i in self.pending)
             or bool(self.limbo or self.repair_failed)
         )
 

@@ -128,16 +128,12 @@ class Waiting(Resolver):
         me = threading.get_ident()
         if me == self.resolver_ident:
             return self._resolve_until(fut, timeout)
-        if (
-            self.limbo or self.repair_failed or self.cancelling or self.taken_back
-        ):  # (rare: see Dispatcher.repair_limbo_locked)
+        if self.limbo or self.repair_failed:  # (rare: see Dispatcher.repair_limbo_locked)
             with self.lock:
                 failed = self.dispatch_locked()
             self.fail_items(failed)
-            if (
-                self.cancelling or self.taken_back
-            ):  # (see Resolver.finish_cancelling; never waiting: result() has a timeout)
-                self.finish_cancelling(blocking=False)
+        if self.cancelling or self.taken_back:  # (rare: see Resolver.finish_cancelling)
+            self.finish_cancelling(blocking=False)  # (never waiting: result() has a timeout)
         watch = self.watch(fut, me)
         if watch is None:
             if me in LIVE_WAITS:  # nested in this thread's own wait (it may be for fut)

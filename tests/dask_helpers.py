@@ -91,11 +91,3 @@ def announce_then_spin(fifo_path: str, seconds: float) -> str:
     while time.monotonic() < deadline:
         pass
     return "finished"
-
-
-def fail_while_handling(x: int) -> int:
-    try:
-        {}["missing"]
-    except KeyError:
-        raise ValueError(f"bad {x}")  # (the KeyError is its context)
-    return x

@@ -518,8 +518,10 @@ def test_a_task_raising_while_handling_another_keeps_that_context_for_dask(dk):
     from interpexec import InterpreterPoolExecutor
     from interpexec.dask._report import failure_msg
 
+    from . import helpers
+
     with InterpreterPoolExecutor(1) as ex:
-        exc = ex.submit(h.fail_while_handling, 3).exception(timeout=30)
+        exc = ex.submit(helpers.raise_while_handling, "bad 3").exception(timeout=30)
     msg = failure_msg(exc, 0.0, 1.0, 0.0, "exception")
     assert msg["op"] == "task-erred" and msg["exception"] is exc
     assert exc.__cause__ is None and isinstance(exc.__context__, KeyError) and not exc.__suppress_context__
