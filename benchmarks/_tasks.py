@@ -6,10 +6,11 @@ from ``__main__``): the scripts run from this directory, which is first on
 children's ``PYTHONPATH``).  It imports only built-in modules: some stdlib modules
 (faulthandler on 3.13, for one) refuse to load in isolated subinterpreters, and
 importing it must add almost nothing to a worker's memory, so that per-worker
-figures measure the executors, not this file.
+figures measure the executors, not this file.  So its signatures are type
+comments, as in the package's worker modules (see docs/architecture.md, "What a
+worker loads"): annotations would import ``__future__`` on 3.13 and give every
+function an ``__annotate__`` function on 3.14+.
 """
-
-from __future__ import annotations
 
 import _thread
 import os
@@ -17,24 +18,26 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar  # noqa: F401 (names used only in type comments)
+
+    T = TypeVar("T")
 
 
-def noop() -> None:
+def noop():  # type: () -> None
     """A task that does nothing (round trip and throughput)."""
 
 
-def inc(x: int) -> int:
+def inc(x):  # type: (int) -> int
     """The trivial per-item function of the ``map`` benchmark."""
     return x + 1
 
 
-def identity[T](x: T) -> T:
+def identity(x):  # type: (T) -> T
     """Echo a payload back (the 16 MiB echo)."""
     return x
 
 
-def cpu_work(n: int) -> int:
+def cpu_work(n):  # type: (int) -> int
     """A pure-Python CPU-bound loop; runs under the GIL of whoever calls it."""
     total = 0
     for i in range(n):
@@ -42,7 +45,7 @@ def cpu_work(n: int) -> int:
     return total
 
 
-def calibrate_cpu(seconds: float) -> int:
+def calibrate_cpu(seconds):  # type: (float) -> int
     """Loop length for which ``cpu_work`` takes about ``seconds`` here (called in
     the parent, before any measurement)."""
     n = 20_000
@@ -61,12 +64,12 @@ def calibrate_cpu(seconds: float) -> int:
     return max(1, round(n * seconds / best))
 
 
-def whoami() -> tuple[int, int]:
+def whoami():  # type: () -> tuple[int, int]
     """Identify the worker: (process id, OS thread id)."""
     return os.getpid(), _thread.get_ident()
 
 
-def busy_whoami(seconds: float) -> tuple[int, int]:
+def busy_whoami(seconds):  # type: (float) -> tuple[int, int]
     """Keep a worker busy for ``seconds`` (so the pool has to start every worker),
     then identify it."""
     end = time.perf_counter() + seconds
@@ -75,7 +78,7 @@ def busy_whoami(seconds: float) -> tuple[int, int]:
     return whoami()
 
 
-def spin(times: Any, index: int) -> int:
+def spin(times, index):  # type: (Any, int) -> int
     """Loop in pure Python until stopped; write ``time.perf_counter()`` into
     ``times[2 * index]`` on entry and into ``times[2 * index + 1]`` on the way out."""
     n = 0
@@ -90,7 +93,7 @@ def spin(times: Any, index: int) -> int:
 _INVERT = bytes(range(255, -1, -1))
 
 
-def invert_range(view: Any, start: int, stop: int, chunk: int = 1 << 20) -> int:
+def invert_range(view, start, stop, chunk=1 << 20):  # type: (Any, int, int, int) -> int
     """Invert the bytes ``view[start:stop]`` in place, one chunk at a time (so the
     scratch memory is two chunks, whatever the size).  Returns the bytes done."""
     for lo in range(start, stop, chunk):
@@ -99,6 +102,6 @@ def invert_range(view: Any, start: int, stop: int, chunk: int = 1 << 20) -> int:
     return stop - start
 
 
-def invert_bytes(data: bytes) -> bytes:
+def invert_bytes(data):  # type: (bytes) -> bytes
     """The copying way: bytes in, inverted bytes out."""
     return data.translate(_INVERT)

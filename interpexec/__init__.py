@@ -34,8 +34,6 @@ See docs/architecture.md for the full diagram.
 The package imports lazily: worker interpreters import only what they use.
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False  # typing is not imported: the package loads in every worker
 
 __version__ = "0.1.0"
@@ -77,7 +75,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name):  # type: (str) -> object
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'interpexec' has no attribute {name!r}")
@@ -88,5 +86,5 @@ def __getattr__(name: str) -> object:
     return value
 
 
-def __dir__() -> list[str]:
+def __dir__():  # type: () -> list[str]
     return sorted(set(globals()) | set(__all__))

@@ -23,8 +23,6 @@ This module is imported inside worker interpreters too, so it stays small and
 imports nothing heavy.
 """
 
-from __future__ import annotations
-
 import _interpqueues
 import _interpreters
 import _queue
@@ -34,10 +32,10 @@ import sys
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from _pickle import PickleBuffer, PicklingError, dumps, loads
-    from collections import deque
-    from collections.abc import Callable
-    from types import CodeType
-    from typing import Any, Literal
+    from collections import deque  # noqa: F401 (names used only in type comments)
+    from collections.abc import Callable  # noqa: F401
+    from types import CodeType  # noqa: F401
+    from typing import Any, Literal  # noqa: F401
 
 # Low-level names the rest of the package uses through here: the C modules behind
 # pickle, queue and threading, which a worker imports without paying for the
@@ -54,9 +52,9 @@ get_ident = _thread.get_ident
 # (itertools alone costs a subinterpreter 60 KiB, the three 100 KiB).  There
 # they load on first use of one of _MAIN_SIDE_NAMES (__getattr__) or of
 # queue_take; the signal functions are main-thread only.
-_signal: Any = None
-_first: Any = None
-_repeat: Any = None
+_signal = None  # type: Any
+_first = None  # type: Any
+_repeat = None  # type: Any
 
 #: The C pickle module's names, imported on first use (:func:`__getattr__`): a
 #: worker whose calls and results all cross natively (functions go by reference,
@@ -69,7 +67,7 @@ _PICKLE_NAMES = ("PickleBuffer", "PicklingError", "dumps", "loads")
 _MAIN_SIDE_NAMES = ("SIG_DFL", "SIG_IGN", "set_signal_wakeup_fd")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name):  # type: (str) -> Any
     names = globals()
     if name in _PICKLE_NAMES:
         import _pickle
@@ -104,7 +102,7 @@ class imports_during_exit:  # (used as a function: ``with imports_during_exit():
     run, and the exit then waited for its threads for ever).  Nested and
     concurrent uses share one replacement (``_exit_import_depth``)."""
 
-    def __enter__(self) -> None:
+    def __enter__(self):  # type: () -> None
         import threading
 
         global _exit_import_depth, _saved_register
@@ -118,7 +116,7 @@ class imports_during_exit:  # (used as a function: ``with imports_during_exit():
             _exit_import_depth += 1
         self.counted = True
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc):  # type: (*object) -> None
         global _exit_import_depth, _saved_register
         if not self.counted:
             return
@@ -133,15 +131,15 @@ class imports_during_exit:  # (used as a function: ``with imports_during_exit():
 
 _exit_import_lock = _thread.allocate_lock()
 _exit_import_depth = 0
-_saved_register: Any = None
+_saved_register = None  # type: Any
 
 
-def _run_now(func: Any, *args: Any, **kwargs: Any) -> None:
+def _run_now(func, *args, **kwargs):  # type: (Any, *Any, **Any) -> None
     """``threading._register_atexit`` once the exit has begun: the hook runs now."""
     func(*args, **kwargs)
 
 
-def _bind_main_side(names: dict[str, Any]) -> None:
+def _bind_main_side(names):  # type: (dict[str, Any]) -> None
     import _signal  # type: ignore[import-not-found,unused-ignore]
     from _operator import itemgetter  # type: ignore[import-not-found,unused-ignore]
     from itertools import repeat
@@ -220,7 +218,7 @@ __all__ = [
     "wrap_thread_starts",
 ]
 
-VERSION: tuple[int, int] = sys.version_info[:2]
+VERSION = sys.version_info[:2]  # type: tuple[int, int]
 
 #: Whether ``with lock:`` can leave ``lock`` held when a signal handler raises
 #: (a KeyboardInterrupt): CPython gh-148874, in 3.14 only.  There ``with``
@@ -229,20 +227,20 @@ VERSION: tuple[int, int] = sys.version_info[:2]
 #: not, and 3.15 skips that check after a LOAD_SPECIAL (gh-150911, not in
 #: 3.14.10).  Measured: 50,000 leaks in 100,000 interrupted ``with`` blocks on
 #: 3.14.10, none on 3.13 and 3.15.2.
-WITH_ENTRY_INTERRUPTIBLE: bool = VERSION == (3, 14)
+WITH_ENTRY_INTERRUPTIBLE = VERSION == (3, 14)  # type: bool
 
 #: Whether destroying an interpreter gives its memory back.  On 3.13 CPython
 #: frees an interpreter's obmalloc arenas only when no block in them is still
 #: allocated (gh-113055): every destroyed worker interpreter leaks 3 MiB, and
 #: more after imports (about 9 MiB after jinja2, PyYAML and packaging).
-INTERPRETER_MEMORY_FREED: bool = VERSION >= (3, 14)
+INTERPRETER_MEMORY_FREED = VERSION >= (3, 14)  # type: bool
 
-InterpreterError: type[Exception] = _interpreters.InterpreterError
-NotShareableError: type[Exception] = _interpreters.NotShareableError
+InterpreterError = _interpreters.InterpreterError  # type: type[Exception]
+NotShareableError = _interpreters.NotShareableError  # type: type[Exception]
 
 # Unbound-item operations (what happens to an item when the interpreter that put it
 # is destroyed): the same numbers on every supported version.
-_UNBOUND_REMOVE: Literal[1] = 1
+_UNBOUND_REMOVE = 1  # type: Literal[1]
 
 
 # ----------------------------------------------------- CPython crash mitigations
@@ -251,7 +249,7 @@ _UNBOUND_REMOVE: Literal[1] = 1
 _mitigated = False
 
 
-def _mitigate_crashes() -> None:
+def _mitigate_crashes():  # type: () -> None
     global _mitigated
     if VERSION == (3, 13):
         # gh-136421 / gh-136423 (fixed in 3.14 by gh-136583): _datetime initializes
@@ -267,7 +265,7 @@ def _mitigate_crashes() -> None:
     _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
 
 
-def _fill_ctypes_field_table() -> None:
+def _fill_ctypes_field_table():  # type: () -> None
     """ctypes: the first simple ctypes type created in the process fills a
     process-wide table of field descriptors (``_ctypes_get_fielddesc``) after
     setting its "initialized" flag, without a lock, so interpreters importing
@@ -304,7 +302,7 @@ TRACING_REFUSAL = (
 )
 
 
-def tracing_allocations() -> bool:
+def tracing_allocations():  # type: () -> bool
     """Whether :mod:`tracemalloc` traces memory allocations in this process."""
     try:
         import _tracemalloc  # (built in: no file, no cost worth counting)
@@ -313,7 +311,7 @@ def tracing_allocations() -> bool:
     return bool(_tracemalloc.is_tracing())
 
 
-def create_interpreter() -> int:
+def create_interpreter():  # type: () -> int
     """Create an isolated interpreter (own GIL, own obmalloc) and return its id.
 
     Refused (RuntimeError) while tracemalloc traces: with it, 3.14.10 crashes
@@ -328,17 +326,17 @@ def create_interpreter() -> int:
         return int(_interpreters.create())
 
 
-def destroy_interpreter(interp_id: int) -> None:
+def destroy_interpreter(interp_id):  # type: (int) -> None
     """Destroy an interpreter; it must not be running in any thread."""
     with _lifecycle_lock:
         _interpreters.destroy(interp_id)
 
 
-def current_interpreter_id() -> int:
+def current_interpreter_id():  # type: () -> int
     return int(_interpreters.get_current()[0])
 
 
-def main_interpreter_id() -> int:
+def main_interpreter_id():  # type: () -> int
     return int(_interpreters.get_main()[0])
 
 
@@ -347,13 +345,13 @@ class ExecFailure:
 
     __slots__ = ("message", "traceback", "type_name")
 
-    def __init__(self, type_name: str, message: str, traceback: str) -> None:
+    def __init__(self, type_name, message, traceback):  # type: (str, str, str) -> None
         self.type_name = type_name
         self.message = message
         self.traceback = traceback
 
 
-def run_string(interp_id: int, source: str | CodeType, shared: dict[str, Any] | None = None) -> ExecFailure | None:
+def run_string(interp_id, source, shared=None):  # type: (int, str | CodeType, dict[str, Any] | None) -> ExecFailure | None
     """Run ``source`` (text, or a code object compiled in the caller) in the
     interpreter's ``__main__`` in the calling thread.
 
@@ -380,17 +378,17 @@ def run_string(interp_id: int, source: str | CodeType, shared: dict[str, Any] | 
 
 if sys.version_info < (3, 14):
 
-    def queue_create(maxsize: int = 0) -> int:
+    def queue_create(maxsize=0):  # type: (int) -> int
         qid = int(_interpqueues.create(maxsize, 0, _UNBOUND_REMOVE))
         _interpqueues.bind(qid)
         return qid
 
     #: What ``_interpqueues.put`` takes after the queue and the object.
-    QUEUE_PUT_TAIL: tuple[int, ...] = (0, _UNBOUND_REMOVE)
+    QUEUE_PUT_TAIL = (0, _UNBOUND_REMOVE)  # type: tuple[int, ...]
 
 else:
 
-    def queue_create(maxsize: int = 0) -> int:
+    def queue_create(maxsize=0):  # type: (int) -> int
         qid = int(_interpqueues.create(maxsize, _UNBOUND_REMOVE, -1))
         _interpqueues.bind(qid)
         return qid
@@ -399,14 +397,14 @@ else:
 
 #: ``queue_put(qid, obj)`` as ``QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)``: a C call,
 #: with no Python frame in which a Ctrl-C could land first.
-QUEUE_PUT: Any = _interpqueues.put
+QUEUE_PUT = _interpqueues.put  # type: Any
 
 
-def queue_put(qid: int, obj: Any) -> None:
+def queue_put(qid, obj):  # type: (int, Any) -> None
     QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)
 
 
-def queue_get(qid: int, default: Any = None) -> Any:
+def queue_get(qid, default=None):  # type: (int, Any) -> Any
     """Return the next item of the queue, or ``default`` when it is empty.
 
     The count is checked first: the error a get from an empty queue raises makes
@@ -418,7 +416,7 @@ def queue_get(qid: int, default: Any = None) -> Any:
     return queue_get_counted(qid, default)
 
 
-def queue_get_counted(qid: int, default: Any = None) -> Any:
+def queue_get_counted(qid, default=None):  # type: (int, Any) -> Any
     """:func:`queue_get` for a caller that has just found the queue not empty:
     no second count (every call into the queue module takes its registry's
     mutex, which all interpreters share).  Another taker may have emptied it
@@ -436,7 +434,7 @@ def queue_get_counted(qid: int, default: Any = None) -> Any:
         raise
 
 
-def queue_take(qid: int, n: int, into: deque[Any]) -> None:
+def queue_take(qid, n, into):  # type: (int, int, deque[Any]) -> None
     """Append the next ``n`` items of the queue (it holds ``n``) to ``into``, in one
     C-level loop: no Python code runs between taking an item and storing it, so a
     Ctrl-C cannot land in between and lose it."""
@@ -445,7 +443,7 @@ def queue_take(qid: int, n: int, into: deque[Any]) -> None:
     into.extend(map(_first, map(_interpqueues.get, _repeat(qid, n))))
 
 
-def queue_exists(qid: int) -> bool:
+def queue_exists(qid):  # type: (int) -> bool
     try:
         _interpqueues.get_count(qid)
     except QueueNotFoundError:
@@ -453,11 +451,11 @@ def queue_exists(qid: int) -> bool:
     return True
 
 
-def queue_count(qid: int) -> int:
+def queue_count(qid):  # type: (int) -> int
     return int(_interpqueues.get_count(qid))
 
 
-def queue_count_if_open(qid: int) -> int:
+def queue_count_if_open(qid):  # type: (int) -> int
     """:func:`queue_count`, or 0 for a queue destroyed meanwhile: for a pool's
     checks made without its locks, which may read a queue its pool closed a
     moment ago (a destroyed queue holds nothing more to take)."""
@@ -467,24 +465,24 @@ def queue_count_if_open(qid: int) -> int:
         return 0
 
 
-def queue_is_full(qid: int) -> bool:
+def queue_is_full(qid):  # type: (int) -> bool
     return bool(_interpqueues.is_full(qid))
 
 
-def queue_bind(qid: int) -> None:
+def queue_bind(qid):  # type: (int) -> None
     """Take a reference to the queue (from any interpreter); the queue is
     destroyed when the last reference is released."""
     _interpqueues.bind(qid)
 
 
-def queue_release(qid: int) -> None:
+def queue_release(qid):  # type: (int) -> None
     try:
         _interpqueues.release(qid)
     except QueueNotFoundError:  # already gone: nothing to release
         pass
 
 
-def queue_put_nowait(qid: int, obj: Any) -> bool:
+def queue_put_nowait(qid, obj):  # type: (int, Any) -> bool
     """Put unless the queue is at its maxsize; False when it is full.  Checks first:
     the error a put into a full queue raises makes CPython import its stdlib
     wrapper module (35 ms in a 3.13 worker)."""
@@ -505,7 +503,7 @@ def queue_put_nowait(qid: int, obj: Any) -> bool:
     return True
 
 
-def queue_destroy(qid: int) -> None:
+def queue_destroy(qid):  # type: (int) -> None
     """Drop the queue (and anything still in it)."""
     try:
         _interpqueues.destroy(qid)
@@ -514,7 +512,7 @@ def queue_destroy(qid: int) -> None:
 
 
 # ---------------------------------------------------------------- threads
-def set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
+def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) -> None
     """Raise ``exc`` asynchronously in a thread of the calling interpreter
     (``PyThreadState_SetAsyncExc``; None cancels a pending one)."""
     try:
@@ -532,13 +530,13 @@ def set_async_exc(thread_id: int, exc: type[BaseException] | None) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
 
 
-def start_thread(fn: Any) -> Any:
+def start_thread(fn):  # type: (Any) -> Any
     """Start a joinable, non-daemon thread without the threading module (which a
     worker does not import for itself); returns a handle with ``join()``."""
     return _thread.start_joinable_thread(fn, daemon=False)
 
 
-def start_thread_object(thread: Any) -> None:
+def start_thread_object(thread):  # type: (Any) -> None
     """``thread.start()`` (a ``threading.Thread``) that an exception from a
     signal handler cannot leave with the new thread blocked for ever.
 
@@ -565,7 +563,7 @@ def start_thread_object(thread: Any) -> None:
         raise
 
 
-def os_thread_started(thread: Any) -> bool:
+def os_thread_started(thread):  # type: (Any) -> bool
     """Whether ``thread.start()`` (a ``threading.Thread``) got as far as starting
     its OS thread.  For a start an exception cut short: ``start()`` waits in
     Python for the new thread to run, so a signal handler's exception can leave
@@ -576,12 +574,12 @@ def os_thread_started(thread: Any) -> bool:
     return handle is not None and bool(handle.ident)
 
 
-def thread_count() -> int:
+def thread_count():  # type: () -> int
     """Threads of the calling interpreter besides its main one (``_thread._count``)."""
     return int(_thread._count())
 
 
-def wrap_thread_starts(wrap: Any) -> None:
+def wrap_thread_starts(wrap):  # type: (Any) -> None
     """Make every thread started from now on in this interpreter run
     ``wrap(function)`` instead of ``function`` (``_thread.start_new_thread``,
     ``start_new``, ``start_joinable_thread``, and ``threading``'s copy of the
@@ -590,10 +588,10 @@ def wrap_thread_starts(wrap: Any) -> None:
     original_new = _thread.start_new_thread
     original_joinable = _thread.start_joinable_thread
 
-    def start_new_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+    def start_new_thread(function, *args, **kwargs):  # type: (Any, *Any, **Any) -> Any
         return original_new(wrap(function), *args, **kwargs)
 
-    def start_joinable_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+    def start_joinable_thread(function, *args, **kwargs):  # type: (Any, *Any, **Any) -> Any
         return original_joinable(wrap(function), *args, **kwargs)
 
     _thread.start_new_thread = _thread.start_new = start_new_thread
@@ -603,32 +601,32 @@ def wrap_thread_starts(wrap: Any) -> None:
         threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
 
 
-_IN_MAIN_INTERPRETER: bool = _thread._is_main_interpreter()  # type: ignore[attr-defined]
+_IN_MAIN_INTERPRETER = _thread._is_main_interpreter()  # type: bool  # type: ignore[attr-defined]
 
 
-def daemon_threads_allowed() -> bool:
+def daemon_threads_allowed():  # type: () -> bool
     """Whether this interpreter may start daemon threads (an isolated
     subinterpreter may not; a pool's resolver thread is one)."""
     return bool(_thread.daemon_threads_allowed())
 
 
-def is_main_thread() -> bool:
+def is_main_thread():  # type: () -> bool
     """True in the main thread of the main interpreter: the one thread Python
     runs signal handlers in (so the one a Ctrl-C must wake)."""
     return _IN_MAIN_INTERPRETER and _thread.get_ident() == _thread._get_main_thread_ident()  # type: ignore[attr-defined]
 
 
-def swap_sigint_handler(handler: Any) -> Any:
+def swap_sigint_handler(handler):  # type: (Any) -> Any
     """``signal.signal(SIGINT, handler)`` without :mod:`signal`'s enum conversions
     (a fifth of the cost); SIG_DFL/SIG_IGN come back as 0/1.  Main thread only."""
     return _signal.signal(_signal.SIGINT, handler)
 
 
-def sigint_handler() -> Any:
+def sigint_handler():  # type: () -> Any
     return _signal.getsignal(_signal.SIGINT)
 
 
-def ended_on_unhandled_ctrl_c() -> bool:
+def ended_on_unhandled_ctrl_c():  # type: () -> bool
     """Whether the program ends on an unhandled KeyboardInterrupt: the exception
     CPython printed last (``sys.last_exc``) is one, and it unwound the outermost
     frame.  One printed and handled earlier (by ``code.InteractiveInterpreter``,
@@ -640,7 +638,7 @@ def ended_on_unhandled_ctrl_c() -> bool:
     return tb is None or tb.tb_frame.f_back is None
 
 
-def sigint_swapper() -> Any:
+def sigint_swapper():  # type: () -> Any
     """``functools.partial(signal.signal, SIGINT)``: a C callable that installs a
     SIGINT handler and returns the one it replaced, with no Python frame in
     between (none where a KeyboardInterrupt could land).  Main interpreter only
@@ -650,13 +648,13 @@ def sigint_swapper() -> Any:
     return functools.partial(_signal.signal, _signal.SIGINT)
 
 
-def raise_sigint() -> None:
+def raise_sigint():  # type: () -> None
     _signal.raise_signal(_signal.SIGINT)
 
 
-SIG_DFL: int
-SIG_IGN: int
-set_signal_wakeup_fd: Any
+if TYPE_CHECKING:  # (bound below; not annotations: on 3.14+ they compile to a module __annotate__)
+    SIG_DFL = SIG_IGN = 0  # type: int
+    set_signal_wakeup_fd = None  # type: Any
 if _IN_MAIN_INTERPRETER or __package__ + "._worker_main" not in sys.modules:
     _bind_main_side(globals())
 
@@ -669,17 +667,17 @@ if _IN_MAIN_INTERPRETER or __package__ + "._worker_main" not in sys.modules:
 #: lock's release (or re-acquisition) and the caller's ``try`` (or its end).
 #: The safe shape: ``saved = held(lock)``; ``try: release_all(lock); ...``
 #: ``finally: reacquire(lock, saved)``.
-release_all: Callable[[Any], Any] = _thread.RLock._release_save  # type: ignore[attr-defined]
-reacquire: Callable[[Any, Any], None] = _thread.RLock._acquire_restore  # type: ignore[attr-defined]
+release_all = _thread.RLock._release_save  # type: Callable[[Any], Any]  # type: ignore[attr-defined]
+reacquire = _thread.RLock._acquire_restore  # type: Callable[[Any, Any], None]  # type: ignore[attr-defined]
 
 
-def held(lock: Any) -> tuple[int, int]:
+def held(lock):  # type: (Any) -> tuple[int, int]
     """What :data:`reacquire` takes to hold ``lock`` again as this thread holds
     it now: ``_release_save``'s own result, computed before releasing."""
     return lock._recursion_count(), _thread.get_ident()
 
 
-def lock_is_owned(lock: Any) -> bool:
+def lock_is_owned(lock):  # type: (Any) -> bool
     """Whether the calling thread holds the RLock ``lock`` (its ``_is_owned``)."""
     return bool(lock._is_owned())
 
@@ -687,10 +685,10 @@ def lock_is_owned(lock: Any) -> bool:
 #: ``lock_level(lock)``: how many times the calling thread holds the RLock
 #: ``lock`` (0: not at all).  The C RLock's ``_recursion_count`` itself (any
 #: RLock of the package is one), called with no Python frame: about 30 ns.
-lock_level: Callable[[Any], int] = _thread.RLock._recursion_count  # type: ignore[attr-defined]
+lock_level = _thread.RLock._recursion_count  # type: Callable[[Any], int]  # type: ignore[attr-defined]
 
 
-def release_if_owned(lock: Any, level: int = 0) -> None:
+def release_if_owned(lock, level=0):  # type: (Any, int) -> None
     """Release the levels of an RLock that the calling thread holds above
     ``level`` (by default every level).  A KeyboardInterrupt can land right after
     ``__enter__`` of a ``with lock:`` returns and before the block's protection
@@ -706,7 +704,7 @@ def release_if_owned(lock: Any, level: int = 0) -> None:
 _LOCKING_MODULES = ("interpexec.", "concurrent.futures._base")
 
 
-def outer_level(level: int) -> int:
+def outer_level(level):  # type: (int) -> int
     """The part of ``level`` (a lock level the calling thread held when a public
     entry point began, now failing) that an outer frame holds legitimately: all
     of it if this entry point runs inside the pool's own code or inside
@@ -728,7 +726,7 @@ def outer_level(level: int) -> int:
     return 0
 
 
-def futures_held_up_the_stack() -> set[int]:
+def futures_held_up_the_stack():  # type: () -> set[int]
     """The ids of the futures whose conditions a frame further up this thread's
     stack may hold legitimately, for a release of conditions a Ctrl-C left
     held (a signal handler can run inside those frames): those that
@@ -763,7 +761,7 @@ def futures_held_up_the_stack() -> set[int]:
     return held
 
 
-def register_atexit(fn: Any) -> None:
+def register_atexit(fn):  # type: (Any) -> None
     """Run ``fn`` at interpreter exit before non-daemon threads are joined
     (``threading._register_atexit``, as concurrent.futures does)."""
     import threading
@@ -771,7 +769,7 @@ def register_atexit(fn: Any) -> None:
     threading._register_atexit(fn)  # type: ignore[attr-defined]
 
 
-def register_atexit_unwrapped(fn: Any) -> None:
+def register_atexit_unwrapped(fn):  # type: (Any) -> None
     """:func:`register_atexit` for a C callable, called as it is: the public
     registration wraps it in a Python lambda, whose first bytecode is a point
     where a KeyboardInterrupt can land before ``fn`` runs."""

@@ -62,11 +62,9 @@ through (here, not in ``_errors``: a worker loads that only when a task fails).
 This module is imported inside every worker: it imports nothing.
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any  # noqa: F401 (used in type comments)
 
 
 class Interrupted(BaseException):
@@ -100,13 +98,13 @@ VALUE = 5
 UNREPORTABLE = (None, "Exception", "<the exception could not be reported>", "", None, None)
 
 
-def qualified_type_name(tp: type) -> str:
+def qualified_type_name(tp):  # type: (type) -> str
     """An exception type's name as a packed exception carries it: qualified by
     its module unless it is a builtin."""
     return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
 
 
-def bare_report(exc: BaseException) -> tuple[Any, ...]:
+def bare_report(exc):  # type: (BaseException) -> tuple[Any, ...]
     """``exc`` packed as text only, its type's name and its message: what a
     worker sends when ``_errors`` (the full packing) cannot load (the task broke
     imports, no descriptor or memory is left).  Never raises but Interrupted."""
@@ -166,22 +164,23 @@ class WorkerSettings:
     def __init__(
         self,
         *,
-        slots: int,
-        index: int,
-        tasks: tuple[int, int, int],
-        results: tuple[int, int, int],
-        commands: tuple[int, int, int],
-        interrupt_pipe: tuple[int, int],
-        max_tasks: int,
-        idle_timeout: float | None,
-        grace: float,
-        init_blob: bytes | None,
-        init_timeout: float | None,
-        main_path: str | None,
-        main_name: str | None,
-        log_level: int | None,
-        thread_grace: float,
-    ) -> None:
+        slots,  # type: int
+        index,  # type: int
+        tasks,  # type: tuple[int, int, int]
+        results,  # type: tuple[int, int, int]
+        commands,  # type: tuple[int, int, int]
+        interrupt_pipe,  # type: tuple[int, int]
+        max_tasks,  # type: int
+        idle_timeout,  # type: float | None
+        grace,  # type: float
+        init_blob,  # type: bytes | None
+        init_timeout,  # type: float | None
+        main_path,  # type: str | None
+        main_name,  # type: str | None
+        log_level,  # type: int | None
+        thread_grace,  # type: float
+    ):
+        # type: (...) -> None
         self.slots = slots
         self.index = index
         self.tasks = tasks
@@ -198,11 +197,11 @@ class WorkerSettings:
         self.log_level = log_level
         self.thread_grace = thread_grace
 
-    def to_wire(self) -> tuple[Any, ...]:
+    def to_wire(self):  # type: () -> tuple[Any, ...]
         return tuple(getattr(self, name) for name in WorkerSettings.__slots__)
 
     @classmethod
-    def from_wire(cls, wire: tuple[Any, ...]) -> WorkerSettings:
+    def from_wire(cls, wire):  # type: (tuple[Any, ...]) -> WorkerSettings
         if len(wire) != len(cls.__slots__):
             raise ValueError(f"worker settings of {len(wire)} fields, expected {len(cls.__slots__)}")
         return cls(**dict(zip(cls.__slots__, wire, strict=True)))

@@ -15,8 +15,6 @@ workers, so it imports nothing heavy):
   worker), and as bytes otherwise.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
@@ -44,7 +42,7 @@ SCALARS = (type(None), bool, float, str, bytes)
 _MAX_TUPLE = 4096  # longer tuples are pickled: checking them costs more than it saves
 
 
-def is_native(obj: Any, _depth: int = 0) -> bool:
+def is_native(obj, _depth=0):  # type: (Any, int) -> bool
     """True when ``obj`` crosses interpreters natively and comes out equal and of
     the same type (exact types only: subclasses such as IntEnum are pickled)."""
     tp = type(obj)
@@ -68,7 +66,7 @@ Encoded = tuple["Any", ...]
 _FLAT_OK = frozenset(SCALARS)
 
 
-def _flat_native(items: tuple[Any, ...]) -> bool:
+def _flat_native(items):  # type: (tuple[Any, ...]) -> bool
     """Like ``all(map(is_native, items))`` for long flat tuples, at C speed for the
     common cases (one type check per item instead of a Python call)."""
     kinds = set(map(type, items))
@@ -80,7 +78,7 @@ def _flat_native(items: tuple[Any, ...]) -> bool:
     return all(map(is_native, items))
 
 
-def encode_columns(columns: tuple[tuple[Any, ...], ...], *, share_buffers: bool) -> Encoded:
+def encode_columns(columns, *, share_buffers):  # type: (tuple[tuple[Any, ...], ...], bool) -> Encoded
     """Encode a tuple of equally long tuples (a map chunk's argument columns, or a
     chunk's results as one column) without a per-item Python call when every
     item is a shareable scalar."""
@@ -90,14 +88,14 @@ def encode_columns(columns: tuple[tuple[Any, ...], ...], *, share_buffers: bool)
     return (NATIVE, columns)
 
 
-def encode_flat(items: tuple[Any, ...], *, share_buffers: bool, snapshot: bool = False) -> Encoded:
+def encode_flat(items, *, share_buffers, snapshot=False):  # type: (tuple[Any, ...], bool, bool) -> Encoded
     """Encode a flat tuple (a chunk's results) like :func:`encode_columns`."""
     if _flat_native(items):
         return (NATIVE, items)
     return encode(items, share_buffers=share_buffers, snapshot=snapshot)
 
 
-def few_native_args(args: tuple[Any, ...]) -> bool:
+def few_native_args(args):  # type: (tuple[Any, ...]) -> bool
     """True for the common case of a few positional arguments that all cross
     natively (checked without a Python call per scalar)."""
     if len(args) > 8:
@@ -110,7 +108,7 @@ def few_native_args(args: tuple[Any, ...]) -> bool:
     return True
 
 
-def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
+def encode(obj, *, share_buffers, snapshot=False):  # type: (Any, bool, bool) -> Encoded
     """Turn ``obj`` into a natively shareable tuple.
 
     Large buffers (``bytearray`` and anything whose reducer emits a
@@ -154,12 +152,12 @@ def encode(obj: Any, *, share_buffers: bool, snapshot: bool = False) -> Encoded:
     return (PICKLED, data, views)
 
 
-_TAKEN: Any = object()  # (what Channel.drain's get returns from an emptied queue)
+_TAKEN = object()  # type: Any  # (what Channel.drain's get returns from an emptied queue)
 _MANAGERS = "multiprocessing.managers"
 _modules = sys.modules
 
 
-def _has_bytearray(obj: Any) -> bool:
+def _has_bytearray(obj):  # type: (Any) -> bool
     """A bytearray at the top or one level down (the shapes arguments and results
     take); deeper ones are pickled in band as usual."""
     tp = type(obj)
@@ -172,7 +170,7 @@ def _has_bytearray(obj: Any) -> bool:
     return False
 
 
-def as_bytearray(buf: Any) -> bytearray:
+def as_bytearray(buf):  # type: (Any) -> bytearray
     """Rebuilds a bytearray sent out of band; a bytearray the receiver already
     made (its one copy) is taken as it is."""
     return buf if type(buf) is bytearray else bytearray(buf)
@@ -185,18 +183,18 @@ class _OutOfBand:
 
     __slots__ = ("data",)
 
-    def __init__(self, data: bytearray) -> None:
+    def __init__(self, data):  # type: (bytearray) -> None
         self.data = data
 
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+    def __reduce_ex__(self, protocol):  # type: (Any) -> tuple[Any, ...]
         return (as_bytearray, (_compat.PickleBuffer(self.data),))
 
 
-def _wrap(x: Any) -> Any:
+def _wrap(x):  # type: (Any) -> Any
     return _OutOfBand(x) if type(x) is bytearray else x
 
 
-def _wrap_bytearrays(obj: Any) -> Any:
+def _wrap_bytearrays(obj):  # type: (Any) -> Any
     """The same shapes _has_bytearray looks at, with bytearrays wrapped."""
     tp = type(obj)
     if tp is bytearray:
@@ -208,7 +206,7 @@ def _wrap_bytearrays(obj: Any) -> Any:
     return obj
 
 
-def materialize(enc: Encoded) -> Encoded:
+def materialize(enc):  # type: (Encoded) -> Encoded
     """Copy a snapshot-encoded value's out-of-band views into this interpreter's
     memory (one ``bytearray`` each)."""
     if len(enc) == 3 and enc[0] == PICKLED:
@@ -216,7 +214,7 @@ def materialize(enc: Encoded) -> Encoded:
     return enc
 
 
-def _as_view(buf: PickleBuffer) -> Any:
+def _as_view(buf):  # type: (PickleBuffer) -> Any
     """An out-of-band buffer from main to a worker.  A buffer lent with
     ``interpexec.share()`` (a PickleBuffer over a memoryview) crosses as it is;
     any other (a ``bytearray``, a NumPy array's data) is snapshotted now, as
@@ -228,7 +226,7 @@ def _as_view(buf: PickleBuffer) -> Any:
     return memoryview(bytes(raw))
 
 
-def load_callable(ref: bytes | tuple[str, str]) -> Any:
+def load_callable(ref):  # type: (bytes | tuple[str, str]) -> Any
     """The callable a task names.  A ``(module, qualified name)`` reference (see
     ``_pickling.encode_callable``) is looked up the way pickle looks up a global:
     import the module, then each attribute of the dotted name; anything else is
@@ -251,7 +249,7 @@ def load_callable(ref: bytes | tuple[str, str]) -> Any:
     return obj
 
 
-def decode(enc: Encoded) -> Any:
+def decode(enc):  # type: (Encoded) -> Any
     if enc[0] == NATIVE:
         return enc[1]
     if len(enc) == 2:
@@ -268,7 +266,7 @@ class Channel:
 
     __slots__ = ("_owner", "qid", "rfd", "wfd")
 
-    def __init__(self, blocking_read: bool = True) -> None:
+    def __init__(self, blocking_read=True):  # type: (bool) -> None
         self.qid = _compat.queue_create()
         self.rfd, self.wfd = os.pipe()
         os.set_blocking(self.wfd, False)  # a full pipe means a wake-up is pending anyway
@@ -278,28 +276,28 @@ class Channel:
         self._owner = True
 
     @classmethod
-    def from_spec(cls, spec: tuple[int, int, int]) -> Channel:
+    def from_spec(cls, spec):  # type: (tuple[int, int, int]) -> Channel
         self = cls.__new__(cls)
         self.qid, self.rfd, self.wfd = spec
         self._owner = False
         return self
 
-    def spec(self) -> tuple[int, int, int]:
+    def spec(self):  # type: () -> tuple[int, int, int]
         return (self.qid, self.rfd, self.wfd)
 
-    def put(self, item: Any) -> None:
+    def put(self, item):  # type: (Any) -> None
         _compat.queue_put(self.qid, item)
         self.notify()
 
-    def notify(self) -> None:
+    def notify(self):  # type: () -> None
         if self.wfd >= 0:
             notify(self.wfd)
 
-    def get_nowait(self, default: Any = None) -> Any:
+    def get_nowait(self, default=None):  # type: (Any) -> Any
         """Return the next item, or ``default`` when there is none."""
         return _compat.queue_get(self.qid, default)
 
-    def drain(self) -> list[Any]:
+    def drain(self):  # type: () -> list[Any]
         """Take every item now queued (checking the count first is much cheaper than
         the exception an empty get raises).  Another thread may take some of them
         meanwhile (a worker's loop and its watchdog both read its commands)."""
@@ -313,7 +311,7 @@ class Channel:
                 out.append(item)
         return out
 
-    def close(self) -> None:
+    def close(self):  # type: () -> None
         if not self._owner:
             return
         self._owner = False
@@ -417,7 +415,7 @@ class ControlLayout:
         "waiter_tids",
     )
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots):  # type: (int) -> None
         self.slots = slots
         self.nslots = nslots = min(NSLOTS, max(256, 1 << (8 * slots).bit_length()))
         self.asleep = _FIXED

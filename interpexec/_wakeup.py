@@ -27,8 +27,6 @@ wake-up, which every reader tolerates); the last pool to close calls
 This module is imported inside the workers: it imports nothing heavy.
 """
 
-from __future__ import annotations
-
 import os
 import select
 import time
@@ -52,7 +50,7 @@ __all__ = [
 #: exception asynchronously in that thread (``PyThreadState_SetAsyncExc`` cannot
 #: wake a blocked ``poll()``).  :func:`wait` watches it too and reads it, so the
 #: exception fires.  Per interpreter.
-INTERRUPT_FDS: dict[int, int] = {}
+INTERRUPT_FDS = {}  # type: dict[int, int]
 
 #: The longest wait one poll() takes (its timeout is a C int of milliseconds,
 #: about 24.8 days); longer waits are made of several.
@@ -68,11 +66,11 @@ Pipe = tuple[int, int]
 # No lock: a Ctrl-C can land right after a ``with lock:`` acquired and leave the
 # lock held for ever (CPython's "with is not signal safe"), and these are used
 # from every waiting thread.  list.pop/append and set.add/discard are atomic.
-_free: list[Pipe] = []
-_out: set[Pipe] = set()  # pipes out through try_borrow (a soft bound: racing borrowers may pass it by one)
+_free = []  # type: list[Pipe]
+_out = set()  # type: set[Pipe]  # pipes out through try_borrow (a soft bound: racing borrowers may pass it by one)
 
 
-def new_pipe() -> Pipe:
+def new_pipe():  # type: () -> Pipe
     """A pipe whose ends never block: a full pipe means a wake-up is pending, and
     a reader waits with :func:`wait` (or its own ``poll``) before it reads."""
     r, w = os.pipe()
@@ -81,7 +79,7 @@ def new_pipe() -> Pipe:
     return r, w
 
 
-def notify(fd: int) -> None:
+def notify(fd):  # type: (int) -> None
     """Write one wake-up byte."""
     try:
         os.write(fd, b"\0")
@@ -89,7 +87,7 @@ def notify(fd: int) -> None:
         pass  # full (a wake-up is pending anyway), or closed: nobody waits on it
 
 
-def drain(fd: int) -> int:
+def drain(fd):  # type: (int) -> int
     """Read every pending wake-up byte (the read end must not block); returns
     how many there were."""
     n = 0
@@ -103,7 +101,7 @@ def drain(fd: int) -> int:
     return n
 
 
-def wait(fd: int, deadline: float | None, *, interruptible: bool = False, own_wfd: int = -1) -> bool:
+def wait(fd, deadline, *, interruptible=False, own_wfd=-1):  # type: (int, float | None, bool, int) -> bool
     """Block until ``fd`` is readable (True) or ``time.monotonic()`` passes
     ``deadline`` (False; None waits for ever).  With ``interruptible``, the
     calling thread's interrupt pipe is watched too, so that an exception the
@@ -159,7 +157,7 @@ def wait(fd: int, deadline: float | None, *, interruptible: bool = False, own_wf
             give_back(spare)
 
 
-def _poll(poller: select.poll, fd: int, intr: int, sig: int, deadline: float | None) -> bool:
+def _poll(poller, fd, intr, sig, deadline):  # type: (select.poll, int, int, int, float | None) -> bool
     while True:
         if deadline is None:
             ms: int | None = None
@@ -182,7 +180,7 @@ def _poll(poller: select.poll, fd: int, intr: int, sig: int, deadline: float | N
         return True
 
 
-def borrow() -> Pipe:
+def borrow():  # type: () -> Pipe
     """A pipe from the free list (or a new one); raises OSError when none can be
     made.  Give it back with :func:`give_back`, never close it."""
     try:
@@ -191,7 +189,7 @@ def borrow() -> Pipe:
         return new_pipe()
 
 
-def try_borrow() -> Pipe | None:
+def try_borrow():  # type: () -> Pipe | None
     """Like :func:`borrow` for a wake-up shortcut: None when :data:`MAX_LENT`
     pipes are out already or no descriptor is left (the caller then waits the
     slower way)."""
@@ -208,26 +206,26 @@ def try_borrow() -> Pipe | None:
     return pipe
 
 
-def lent() -> list[Pipe]:
+def lent():  # type: () -> list[Pipe]
     """The pipes out through :func:`try_borrow` now."""
     return list(_out)
 
 
-def give_back(pipe: Pipe) -> None:
+def give_back(pipe):  # type: (Pipe) -> None
     """Return a pipe to the free list, with nothing pending in it."""
     drain(pipe[0])
     _out.discard(pipe)
     _free.append(pipe)
 
 
-def forget_after_fork() -> None:
+def forget_after_fork():  # type: () -> None
     """In a forked child: close its copies of the spare pipes and forget the
     lent ones (the threads that borrowed them exist only in the parent)."""
     close_free()
     _out.clear()
 
 
-def close_free() -> None:
+def close_free():  # type: () -> None
     """Close the pipes on the free list.  Only when no worker of any pool exists
     any more (none can write to them then): the last pool to close calls it."""
     while True:

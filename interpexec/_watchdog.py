@@ -26,8 +26,6 @@ until it ends, so that its thread, and the process, can end.
 Imported inside every worker: standard library only, and little of it.
 """
 
-from __future__ import annotations
-
 import os
 import select
 import sys
@@ -72,7 +70,7 @@ SKIPPED_MAX = 1024
 class TaskState:
     """What the loop and the watchdog share, guarded by ``lock``."""
 
-    def __init__(self, control: Any = None, stop_tids: int = 0, nslots: int = 1) -> None:
+    def __init__(self, control=None, stop_tids=0, nslots=1):  # type: (Any, int, int) -> None
         self.control = control  # the control block (int64 view), where its
         self.stop_tids = stop_tids  # "interrupted" task ids start, and how many
         self.nslots = nslots
@@ -100,7 +98,7 @@ class TaskState:
         self.timed_out = 0  # the task whose deadline passed (its future fails with TimeoutError)
         self.thread_id = get_ident()
 
-    def begin(self, tid: int, timeout: float | None) -> bool:
+    def begin(self, tid, timeout):  # type: (int, float | None) -> bool
         """Mark task ``tid`` running; False if it was interrupted while queued
         (the initializer, INIT_TID: before it began, as terminate_workers()
         does to a worker still starting)."""
@@ -119,7 +117,7 @@ class TaskState:
             self.deadline = 0.0 if timeout is None else time.monotonic() + timeout
         return True
 
-    def note_interrupt(self, target: int) -> bool:
+    def note_interrupt(self, target):  # type: (int) -> bool
         """Record an interrupt request for a task that is not the one running
         (call with ``lock`` held); False if it is the running one."""
         if self.tid == target:
@@ -130,7 +128,7 @@ class TaskState:
             del skipped[next(iter(skipped))]
         return True
 
-    def _take_interrupts(self) -> None:
+    def _take_interrupts(self):  # type: () -> None
         """In the loop's thread, about to start a task: take the queued commands,
         record the interrupt requests, and put the others back for the watchdog
         (with ``lock`` held; the watchdog records what it takes under it too, so
@@ -147,7 +145,7 @@ class TaskState:
             self.commands.put(cmd)
 
 
-def interrupted_report(state: TaskState, tid: int) -> tuple[Any, ...]:
+def interrupted_report(state, tid):  # type: (TaskState, int) -> tuple[Any, ...]
     """What the loop reports for task ``tid`` stopped by an Interrupted: TIMEOUT
     again if its deadline passed (the watchdog's own TIMEOUT may be delivered
     after this report by another thread, and the future must fail with
@@ -157,7 +155,7 @@ def interrupted_report(state: TaskState, tid: int) -> tuple[Any, ...]:
     return (tid, STOPPED, None)
 
 
-def _unraisable(exc: BaseException, message: str) -> None:
+def _unraisable(exc, message):  # type: (BaseException, str) -> None
     """Report ``exc`` through ``sys.unraisablehook``; never raises (the
     watchdog must live on).  CPython's own hook accepts only its own argument
     type, which Python code cannot make: what a hook refuses goes to stderr."""
@@ -175,12 +173,12 @@ def _unraisable(exc: BaseException, message: str) -> None:
 class _UnraisableArgs:
     """What ``sys.unraisablehook`` expects (as ``sys.UnraisableHookArgs``)."""
 
-    def __init__(self, exc: BaseException, message: str) -> None:
+    def __init__(self, exc, message):  # type: (BaseException, str) -> None
         self.exc_type, self.exc_value, self.exc_traceback = type(exc), exc, exc.__traceback__
         self.err_msg, self.object = message, None
 
 
-def finish_task(state: TaskState) -> None:
+def finish_task(state):  # type: (TaskState) -> None
     """Mark the task over, so the watchdog raises nothing more, and cancel an
     Interrupted it set but that has not surfaced yet.
 
@@ -210,9 +208,7 @@ def finish_task(state: TaskState) -> None:
 class Watchdog:
     """Enforces deadlines and interrupt requests for one worker's running task."""
 
-    def __init__(
-        self, state: TaskState, commands: Channel, results: Channel, index: int, grace: float, interrupt_wfd: int
-    ) -> None:
+    def __init__(self, state, commands, results, index, grace, interrupt_wfd):  # type: (TaskState, Channel, Channel, int, float, int) -> None
         self.interrupt_wfd = interrupt_wfd
         self.state = state
         self.commands = commands
@@ -224,20 +220,20 @@ class Watchdog:
         # this interpreter; see Workers.retire.)
         self.interp_id = _compat.current_interpreter_id()
 
-    def start(self) -> None:
+    def start(self):  # type: () -> None
         # A plain joinable thread (isolated interpreters allow no daemon threads);
         # the threading module is not needed for it.
         self.handle = _compat.start_thread(self._run)
 
-    def poke(self) -> None:
+    def poke(self):  # type: () -> None
         """Make the watchdog re-read the task state (a task with a deadline started)."""
         self.commands.put((0, 0))
 
-    def stop(self) -> None:
+    def stop(self):  # type: () -> None
         self.commands.put((CMD_STOP,))
         self.handle.join()
 
-    def _fire(self, now: float) -> None:
+    def _fire(self, now):  # type: (float) -> None
         """Raise Interrupted in the task's thread (call with ``state.lock`` held,
         while ``state.tid`` is the task to stop)."""
         st = self.state
@@ -258,7 +254,7 @@ class Watchdog:
         if self.interrupt_wfd >= 0:
             notify(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
 
-    def _timed_out(self, st: TaskState) -> None:
+    def _timed_out(self, st):  # type: (TaskState) -> None
         """The running task passed its deadline: fail its future now, even if it
         is stuck in a C call, and have the pool replace this worker at once."""
         if st.tid == INIT_TID:
@@ -276,7 +272,7 @@ class Watchdog:
         self.results.put((st.tid, TIMEOUT, st.timeout))
         self.results.put((-1, EVENT, self.index, EV_STUCK, (st.tid, self.interp_id)))
 
-    def _run(self) -> None:
+    def _run(self):  # type: () -> None
         poller = select.poll()
         poller.register(self.commands.rfd, select.POLLIN)
         failures = 0
@@ -292,7 +288,7 @@ class Watchdog:
                     _unraisable(exc, "interpexec: a worker's watchdog stopped after repeated failures")
                     return
 
-    def _step(self, poller: Any) -> bool:
+    def _step(self, poller):  # type: (Any) -> bool
         """Wait for the next command or deadline and act on it; True to stop."""
         st, commands = self.state, self.commands
         with st.lock:

@@ -13,18 +13,17 @@
 Imported inside every worker: standard library only, and little of it.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
 from . import _compat
 from ._protocol import EV_LOG, EVENT
-from ._transport import Channel
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any  # noqa: F401 (names used only in type comments)
+
+    from ._transport import Channel  # noqa: F401
 
 
 #: The note on an exception raised by the caller's script run as ``__mp_main__``.
@@ -46,15 +45,15 @@ class MainFixup:
     ``sys.modules["__main__"]``.
     """
 
-    def __init__(self, main_path: str | None, main_name: str | None) -> None:
+    def __init__(self, main_path, main_name):  # type: (str | None, str | None) -> None
         self.main_path = main_path
         self.main_name = main_name
         self.done = False
 
-    def applies_to(self, exc: BaseException) -> bool:
+    def applies_to(self, exc):  # type: (BaseException) -> bool
         return not self.done and isinstance(exc, (AttributeError, ImportError)) and "__main__" in str(exc)
 
-    def apply(self) -> None:
+    def apply(self):  # type: () -> None
         import runpy
         import types
 
@@ -87,19 +86,19 @@ class LogForwarder:
     ``logging``: :meth:`arm` installs the handler when ``logging`` is first
     imported (or at once, if it already is)."""
 
-    def __init__(self, results: Channel, index: int, level: int) -> None:
+    def __init__(self, results, index, level):  # type: (Channel, int, int) -> None
         self.results = results
         self.index = index
         self.level = level
         self.installed = False
 
-    def arm(self) -> None:
+    def arm(self):  # type: () -> None
         if "logging" in sys.modules:
             self.install()
         else:
             sys.meta_path.insert(0, _ImportHook("logging", self.install))
 
-    def install(self) -> None:
+    def install(self):  # type: () -> None
         if self.installed:
             return
         self.installed = True
@@ -109,7 +108,7 @@ class LogForwarder:
         interp = _compat.current_interpreter_id()
 
         class ForwardHandler(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
+            def emit(self, record):  # type: (logging.LogRecord) -> None
                 try:
                     exc_text = record.exc_text
                     if record.exc_info and not exc_text:
@@ -139,11 +138,11 @@ class _ImportHook:
     """A meta path finder that calls ``then()`` right after module ``name`` has
     been executed, then steps aside."""
 
-    def __init__(self, name: str, then: Any) -> None:
+    def __init__(self, name, then):  # type: (str, Any) -> None
         self.name = name
         self.then = then
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, fullname, path=None, target=None):  # type: (str, Any, Any) -> Any
         if fullname != self.name:
             return None
         try:
@@ -159,18 +158,18 @@ class _ImportHook:
 
 
 class _ThenLoader:
-    def __init__(self, loader: Any, then: Any) -> None:
+    def __init__(self, loader, then):  # type: (Any, Any) -> None
         self.loader = loader
         self.then = then
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec):  # type: (Any) -> Any
         return self.loader.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module):  # type: (Any) -> None
         self.loader.exec_module(module)
         self.then()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name):  # type: (str) -> Any
         return getattr(self.loader, name)
 
 
@@ -181,17 +180,17 @@ class ThreadTracker:
     ``idle`` is held while any tracked thread runs; waiting is an acquire with a
     timeout on it, so nothing polls."""
 
-    def __init__(self) -> None:
+    def __init__(self):  # type: () -> None
         self.lock = _compat.allocate_lock()
         self.idle = _compat.allocate_lock()
         self.running: dict[int, str] = {}  # token -> thread name (best effort)
         self.count = 0
         self.next_token = 0
 
-    def install(self) -> None:
+    def install(self):  # type: () -> None
         _compat.wrap_thread_starts(self.wrap)
 
-    def wrap(self, function: Any) -> Any:
+    def wrap(self, function):  # type: (Any) -> Any
         with self.lock:
             self.next_token += 1
             token = self.next_token
@@ -201,7 +200,7 @@ class ThreadTracker:
             owner = getattr(function, "__self__", None)
             self.running[token] = str(getattr(owner, "name", None) or getattr(function, "__qualname__", "thread"))
 
-        def tracked(*args: Any, **kwargs: Any) -> Any:
+        def tracked(*args, **kwargs):  # type: (*Any, **Any) -> Any
             try:
                 return function(*args, **kwargs)
             finally:
@@ -213,7 +212,7 @@ class ThreadTracker:
 
         return tracked
 
-    def wait(self, timeout: float | None) -> bool:
+    def wait(self, timeout):  # type: (float | None) -> bool
         """Wait (at most ``timeout`` seconds; None: for ever) until every tracked
         thread has ended; True if none is left."""
         with self.lock:
@@ -228,7 +227,7 @@ class ThreadTracker:
         self.idle.release()
         return self._settled()
 
-    def _settled(self) -> bool:
+    def _settled(self):  # type: () -> bool
         """A thread that left its function still has to delete its thread state;
         CPython refuses to end an interpreter until it has.  A few yields cover
         that last step."""
@@ -238,6 +237,6 @@ class ThreadTracker:
             os.sched_yield()
         return _compat.thread_count() == 0
 
-    def names(self) -> list[str]:
+    def names(self):  # type: () -> list[str]
         with self.lock:
             return sorted(self.running.values())

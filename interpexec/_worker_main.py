@@ -13,8 +13,6 @@ tasks left running (:class:`interpexec._worker_env.ThreadTracker`): CPython
 cannot end an interpreter while one runs.
 """
 
-from __future__ import annotations
-
 import marshal
 import os
 import select
@@ -72,7 +70,9 @@ from ._worker_env import LogForwarder, MainFixup, ThreadTracker
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, TypeVar
+
+    A = TypeVar("A")
 
 _SHARED = __package__ + "._shared"
 _FN_CACHE_MAX = 1024
@@ -87,7 +87,7 @@ SPIN = 64
 serving = False
 
 
-def main(handoff: int) -> None:
+def main(handoff):  # type: (int) -> None
     """Entry point: settings in from the hand-off queue, the exit reason out."""
     global serving
     serving = True
@@ -98,7 +98,7 @@ def main(handoff: int) -> None:
     _compat.queue_put(handoff, (EXIT, reason, () if queue is None else queue.queues_holding_items()))
 
 
-def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _encode_result(value, payload, args):  # type: (Any, tuple[Any, ...], tuple[Any, ...]) -> tuple[Any, ...]
     """Encode a task's result; a view the caller lent, or a large immutable
     argument returned unchanged, comes back as a reference to what the caller has."""
     tp = type(value)
@@ -122,7 +122,7 @@ def _encode_result(value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) 
 _NAMED_PAYLOAD = (NATIVE, None)
 
 
-def _value_report(tid: int, value: Any, payload: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...] | int:
+def _value_report(tid, value, payload, args):  # type: (int, Any, tuple[Any, ...], tuple[Any, ...]) -> tuple[Any, ...] | int
     """The message for a task's return value: the bare task id for None, flat
     (VALUE) when it crosses natively."""
     if value is None:
@@ -131,12 +131,12 @@ def _value_report(tid: int, value: Any, payload: tuple[Any, ...], args: tuple[An
     return (tid, VALUE, enc[1]) if enc[0] == NATIVE else (tid, OK, enc)
 
 
-def _cell_lost() -> None:
+def _cell_lost():  # type: () -> None
     """What a task whose call cell did not hold its message runs instead."""
     raise RuntimeError("interpexec: this task's call was not where it was sent (a bug in interpexec; please report it)")
 
 
-def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
+def _report_error(tid, exc):  # type: (int, BaseException) -> tuple[Any, ...]
     """An ERR message for ``exc``, whatever its ``__str__``/``__reduce__`` do
     (raise SystemExit, run out of memory): reporting never ends the worker.
     (``_errors`` loads with the first failure: most workers never need it.)"""
@@ -157,13 +157,13 @@ def _report_error(tid: int, exc: BaseException) -> tuple[Any, ...]:
             return (tid, ERR, bare_report(exc))
 
 
-def _watch_swallowed_interrupts(state: TaskState, watchdog: Watchdog) -> None:
+def _watch_swallowed_interrupts(state, watchdog):  # type: (TaskState, Watchdog) -> None
     """An Interrupted that lands in a weakref callback or ``__del__`` is dropped
     by Python: tell the watchdog, which raises it again, and do not print it as
     "Exception ignored"; anything else goes to the hook as before."""
     previous = sys.unraisablehook
 
-    def hook(unraisable: Any) -> None:
+    def hook(unraisable):  # type: (Any) -> None
         if isinstance(unraisable.exc_value, Interrupted):
             state.swallowed = True
             watchdog.poke()
@@ -173,7 +173,7 @@ def _watch_swallowed_interrupts(state: TaskState, watchdog: Watchdog) -> None:
     sys.unraisablehook = hook
 
 
-def serve(control: memoryview, settings: WorkerSettings) -> int:
+def serve(control, settings):  # type: (memoryview, WorkerSettings) -> int
     """Run tasks until STOP or until the worker must go; returns an EXIT_* reason."""
     # The watchdog needs this interpreter's GIL to stop a task that holds it; by
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
@@ -208,20 +208,12 @@ def serve(control: memoryview, settings: WorkerSettings) -> int:
     return reason
 
 
-def _serve(
-    ctl: memoryview,
-    layout: ControlLayout,
-    settings: WorkerSettings,
-    tasks: Channel,
-    results: Channel,
-    state: TaskState,
-    watchdog: Watchdog,
-) -> int:
+def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (memoryview, ControlLayout, WorkerSettings, Channel, Channel, TaskState, Watchdog) -> int
     index = settings.index
     fixup = MainFixup(settings.main_path, settings.main_name)
     fn_cache: dict[bytes | tuple[str, str], Callable[..., Any]] = {}
 
-    def fixed[A](unpickle: Callable[[A], Any], data: A) -> Any:
+    def fixed(unpickle, data):  # type: (Callable[[A], Any], A) -> Any
         """``unpickle(data)``, once more after the ``__main__`` fixup if that is
         what it lacked."""
         try:
@@ -232,7 +224,7 @@ def _serve(
         fixup.apply()
         return unpickle(data)
 
-    def load_fn(ref: bytes | tuple[str, str]) -> Callable[..., Any]:
+    def load_fn(ref):  # type: (bytes | tuple[str, str]) -> Callable[..., Any]
         fn = fn_cache.get(ref)
         if fn is None:
             fn = fixed(load_callable, ref)
@@ -241,7 +233,7 @@ def _serve(
             fn_cache[ref] = fn
         return fn
 
-    def load_payload(enc: tuple[Any, ...]) -> Any:
+    def load_payload(enc):  # type: (tuple[Any, ...]) -> Any
         return fixed(decode, enc)
 
     if settings.log_level is not None:
@@ -272,7 +264,7 @@ def _serve(
     # Ready to take tasks (prestart(wait=True) waits for this): after the initializer.
     results.put((-1, EVENT, index, EV_STARTED, _compat.current_interpreter_id()))
 
-    def run(msg: tuple[Any, ...]) -> tuple[Any, ...] | int:
+    def run(msg):  # type: (tuple[Any, ...]) -> tuple[Any, ...] | int
         """Run one task.  An Interrupted may surface anywhere from the moment
         ``state.tid`` is set until it is cleared; the caller catches that."""
         tid, kind, timeout = msg[0], msg[1], msg[4]
@@ -343,7 +335,7 @@ def _serve(
 
     cells_at, cell_mask, cell_bytes, loads = 8 * layout.cells, layout.ncells - 1, ctl.cast("B"), marshal.loads
 
-    def wake_waiter(slot: int, tid: int) -> bool | None:
+    def wake_waiter(slot, tid):  # type: (int, int) -> bool | None
         """Wake the thread registered as waiting for task ``tid``: None when none
         is, else whether that wake-up alone suffices.  A thread blocked in
         ``result()`` collects every queued result itself; a watch (negative entry:
