@@ -120,7 +120,7 @@ def bare_report(exc):  # type: (BaseException) -> tuple[Any, ...]
 EV_STARTED = 0  # ready to take tasks, after the initializer [interpreter id]
 EV_INIT_FAILED = 1  # the initializer raised or timed out [packed exception]
 EV_STUCK = 2  # a stopped task did not return to Python within the grace [(tid, interpreter id)]
-EV_LOG = 3  # a logging record [its fields, see _worker_env.LogForwarder]
+EV_LOG = 3  # a logging record [its fields, see _worker_log.install_handler]
 EV_THREADS_LEFT = 4  # threads a task left running when the interpreter ended [(names, interpreter id)]
 
 # commands

@@ -48,6 +48,7 @@ from ._compat import (
 from ._errors import RemoteTraceback, explain_missing_main_global, unpack_exception
 from ._future import WAITABLE, PipeWaiter, PoolFuture, set_exception_if_running
 from ._lifecycle import Workers, warn_threads_left
+from ._pickled import materialize
 from ._protocol import (
     ERR,
     EV_INIT_FAILED,
@@ -70,7 +71,6 @@ from ._transport import (
     NATIVE,
     SAME_ARG,
     decode,
-    materialize,
 )
 from ._wakeup import close_free, notify, wait
 

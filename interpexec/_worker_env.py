@@ -2,10 +2,10 @@
 
 * :class:`MainFixup`: functions and classes defined in the parent's ``__main__``
   resolve (the parent's script is re-run once as ``__mp_main__``, as
-  multiprocessing's spawn does).
+  multiprocessing's spawn does, by ``_worker_script``, loaded then).
 * :class:`LogForwarder`: ``logging`` records emitted by tasks reach the parent's
-  handlers; installed the moment task code first imports ``logging``, so even the
-  first task's records are forwarded.
+  handlers; installed (from ``_worker_log``, loaded then) the moment task code
+  first imports ``logging``, so even the first task's records are forwarded.
 * :class:`ThreadTracker`: threads that tasks start are counted, so that the worker
   can wait for them (on a lock, not by polling) before its interpreter is
   destroyed, and name the ones left behind.
@@ -17,23 +17,12 @@ import os
 import sys
 
 from . import _compat
-from ._protocol import EV_LOG, EVENT
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from typing import Any  # noqa: F401 (names used only in type comments)
 
     from ._transport import Channel  # noqa: F401
-
-
-#: The note on an exception raised by the caller's script run as ``__mp_main__``.
-SCRIPT_RAISED = (
-    "interpexec: this was raised by the top level of your script, which workers run (as __mp_main__, without "
-    'its `if __name__ == "__main__":` block) to find the functions and classes it defines, as '
-    "ProcessPoolExecutor's spawn workers do. Move what workers cannot run (such as an import of a module that "
-    "cannot load in a subinterpreter) under that block or into the functions that need it, or define the task's "
-    "functions in a module of their own."
-)
 
 
 class MainFixup:
@@ -54,28 +43,9 @@ class MainFixup:
         return not self.done and isinstance(exc, (AttributeError, ImportError)) and "__main__" in str(exc)
 
     def apply(self):  # type: () -> None
-        import runpy
-        import types
+        from ._worker_script import run_script
 
-        name, path = self.main_name, self.main_path
-        try:
-            if name and name != "__main__" and not name.endswith(".__main__"):
-                namespace = runpy.run_module(name, run_name="__mp_main__", alter_sys=True)
-            elif path and os.path.exists(path):
-                namespace = runpy.run_path(path, run_name="__mp_main__")
-            else:
-                self.done = True
-                return
-        except Exception as exc:  # the script's own failure: say where it comes from
-            try:
-                if SCRIPT_RAISED not in (getattr(exc, "__notes__", None) or ()):  # (an exception kept: once)
-                    exc.add_note(SCRIPT_RAISED)
-            except Exception:  # (a __notes__ that is not a list: the exception as it is)
-                pass
-            raise
-        module = types.ModuleType("__mp_main__")
-        module.__dict__.update(namespace)
-        sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+        run_script(self.main_path, self.main_name)
         # Only now: a task stopped while the script was running gets it re-run.
         self.done = True
 
@@ -102,36 +72,9 @@ class LogForwarder:
         if self.installed:
             return
         self.installed = True
-        import logging
+        from ._worker_log import install_handler
 
-        results, index = self.results, self.index
-        interp = _compat.current_interpreter_id()
-
-        class ForwardHandler(logging.Handler):
-            def emit(self, record):  # type: (logging.LogRecord) -> None
-                try:
-                    exc_text = record.exc_text
-                    if record.exc_info and not exc_text:
-                        exc_text = logging.Formatter().formatException(record.exc_info)
-                    fields = (
-                        str(record.name),
-                        int(record.levelno),
-                        str(record.pathname),
-                        int(record.lineno or 0),
-                        record.getMessage(),
-                        exc_text,
-                        str(record.funcName),
-                        float(record.created),
-                        str(record.threadName),
-                        interp,
-                    )
-                    results.put((-1, EVENT, index, EV_LOG, fields))
-                except Exception:  # logging's own contract: a handler reports, never raises
-                    self.handleError(record)
-
-        root = logging.getLogger()
-        root.addHandler(ForwardHandler())
-        root.setLevel(self.level)
+        install_handler(self.results, self.index, self.level)
 
 
 class _ImportHook:
@@ -149,28 +92,9 @@ class _ImportHook:
             sys.meta_path.remove(self)
         except ValueError:
             pass
-        from importlib.util import find_spec
+        from ._worker_log import find_spec_then
 
-        spec = find_spec(fullname)
-        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _ThenLoader(spec.loader, self.then)  # type: ignore[assignment]
-        return spec
-
-
-class _ThenLoader:
-    def __init__(self, loader, then):  # type: (Any, Any) -> None
-        self.loader = loader
-        self.then = then
-
-    def create_module(self, spec):  # type: (Any) -> Any
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):  # type: (Any) -> None
-        self.loader.exec_module(module)
-        self.then()
-
-    def __getattr__(self, name):  # type: (str) -> Any
-        return getattr(self.loader, name)
+        return find_spec_then(fullname, self.then)
 
 
 class ThreadTracker:

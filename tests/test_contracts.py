@@ -21,7 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 import interpexec
-from interpexec import BrokenInterpreterPool, IncompatibleModuleError, InterpreterPoolExecutor, _transport
+from interpexec import BrokenInterpreterPool, IncompatibleModuleError, InterpreterPoolExecutor, _pickled, _transport
 
 from . import contract_helpers as ch
 from . import helpers, log_helpers
@@ -322,7 +322,7 @@ def test_pickle_buffer_travels_out_of_band_to_the_worker_and_back(make_pool):
     assert returned[0] == _transport.PICKLED and len(returned) == 3
     assert len(returned[1]) < 1024
     assert [v.nbytes for v in returned[2]] == [size]
-    assert _transport.decode(_transport.materialize(returned)) == back
+    assert _transport.decode(_pickled.materialize(returned)) == back
 
 
 # ============================================================ incompatible extension

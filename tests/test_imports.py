@@ -189,14 +189,16 @@ def test_workers_import_traceback_only_to_report_an_error():
 def test_workers_import_pickle_only_for_a_value_that_needs_it():
     """Module-level functions travel as a (module, qualname) reference and native
     arguments and results as they are: a worker loads pickle (0.6-0.7 MB and 2 ms
-    per interpreter) only for the first value that needs it."""
-    names = ("_pickle", "pickle")
+    per interpreter), and interpexec's pickling code, only for the first value
+    that needs it."""
+    names = ("_pickle", "pickle", "interpexec._pickled")
     with interpexec.InterpreterPoolExecutor(1) as pool:
         for _ in range(3):
-            assert pool.submit(helpers.loaded_flags, names).result() == (False, False)
-        assert list(pool.map(helpers.loaded_flags, [names] * 3)) == [(False, False)] * 3
+            assert pool.submit(helpers.loaded_flags, names).result() == (False, False, False)
+        assert list(pool.map(helpers.loaded_flags, [names] * 3)) == [(False, False, False)] * 3
         assert pool.submit(helpers.identity, {"a": {1, 2}}).result() == {"a": {1, 2}}  # a dict: pickled
-        assert pool.submit(helpers.loaded_flags, names).result()[0] is True
+        loaded = pool.submit(helpers.loaded_flags, names).result()
+        assert loaded[0] is True and loaded[2] is True
 
 
 #: Loaded by the main interpreter's side of interpexec only (signals, taking
