@@ -11,6 +11,7 @@ that it is the same class, with the real bases, whichever the user imports first
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -236,6 +237,28 @@ def test_worker_modules_carry_no_annotations():
         # at a module with annotations, finds them.
         found = import_helpers.annotated()
         assert "interpexec._executor.InterpreterPoolExecutor.submit" in found
+
+
+@pytest.mark.timeout(60)
+def test_workers_load_log_forwarding_only_once_a_task_imports_logging():
+    """The forwarding handler's module loads with ``logging``, and the records
+    still come back from the first task that logs."""
+    from tests import log_helpers
+
+    names = ("logging", "interpexec._worker_log", "interpexec._worker_script")
+    handler = log_helpers.Collect("msg 7")
+    logger = logging.getLogger("interpexec-test-lazy-log")
+    logger.addHandler(handler)
+    try:
+        with interpexec.InterpreterPoolExecutor(1) as pool:
+            for _ in range(3):
+                assert pool.submit(import_helpers.loaded, names).result() == (False, False, False)
+            pool.submit(log_helpers.log_warning, logger.name, 7).result()
+            assert handler.arrived.wait(30)
+            assert pool.submit(import_helpers.loaded, names).result() == (True, True, False)
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in handler.records] == ["msg 7"]
 
 
 @pytest.mark.timeout(60)
