@@ -14,7 +14,7 @@ import marshal
 import os
 from concurrent.futures import _base
 
-from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_put
+from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_count_if_open, queue_put, queue_take
 from ._future import PoolFuture, start_running_locked
 from ._protocol import NAMED, STOP
 from ._state import PoolState, WorkItem
@@ -22,6 +22,7 @@ from ._transport import CELL_BYTES, COLLECTOR_ASLEEP, SKIP_WAKEUPS, TASKS_PUT
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 
@@ -169,7 +170,7 @@ class Dispatcher(PoolState):
         self.control_view[at : at + size] = blob
         return tid
 
-    def free_cells(self, tids: list[int]) -> None:
+    def free_cells(self, tids: Iterable[int]) -> None:
         """The workers' reports for ``tids`` came back: their cells are free."""
         owners, mask = self.cell_owner, self.cell_mask
         for tid in tids:
@@ -227,23 +228,58 @@ class Dispatcher(PoolState):
         self.ctl[TASKS_PUT] += 1
         queue_put(self.tasks.qid, msg)
 
-    def take_back_queued_locked(self) -> list[int]:
-        """Take every message no worker has taken off the task channel; return
-        their task ids (their items stay in ``inflight``; STOPs are sent again
-        by the next dispatch)."""
-        queued = self.tasks.drain() if self.started and not self.closed else []
-        # No worker took them (see _wake_a_worker).  (No call between the
-        # read and the write: a signal handler that dispatches cannot run
-        # in between and have its count overwritten.)
-        drained = len(queued)
-        self.ctl[TASKS_PUT] -= drained
-        # (A task sent as its bare id: no worker will read its call cell now.
-        # Task ids start at 1; a STOP is (0, STOP).)
-        tids = [msg if type(msg) is int else msg[0] for msg in queued]
-        self.stops_sent -= tids.count(0)
-        tids = [tid for tid in tids if tid]
-        self.free_cells(tids)
-        return tids
+    def take_back_queued_locked(self) -> None:
+        """Take every message no worker has taken off the task channel, and
+        record their task ids in ``taken_back`` (their items stay in
+        ``inflight`` until their futures are cancelled; STOPs are sent again by
+        the next dispatch).
+
+        A signal handler's exception can land between any two steps: each
+        message leaves the queue into ``drained`` in one C-level call, and
+        leaves ``drained`` only once recorded, so whoever comes next (see
+        Resolver.finish_cancelling) records what a cut-short take left."""
+        if self.started and not self.closed:
+            qid, drained = self.tasks.qid, self.drained
+            while n := queue_count_if_open(qid):
+                try:
+                    queue_take(qid, n, drained)
+                except Exception:
+                    # Workers took some meanwhile: what was taken is in drained.
+                    # (The C module's error for an empty queue is its stdlib
+                    # wrapper's, or another where that cannot load: told apart
+                    # by the count, as in _compat.queue_get_counted.  No put
+                    # comes meanwhile: this holds the pool's lock.)
+                    if queue_count_if_open(qid):
+                        raise
+        self.record_drained_locked()
+
+    def record_drained_locked(self) -> None:
+        """Move the messages in ``drained`` into ``taken_back`` (see
+        take_back_queued_locked); each step is safe to repeat or to miss."""
+        drained, taken_back, ctl = self.drained, self.taken_back, self.ctl
+        while drained:
+            try:
+                msg = drained[0]
+            except IndexError:  # a nested record (a signal handler's) took the rest
+                break
+            # (A task sent as its bare id: no worker will read its call cell now.
+            # Task ids start at 1; a STOP is (0, STOP).)
+            tid = msg if type(msg) is int else msg[0]
+            if tid:
+                taken_back.add(tid)
+                self.free_cells((tid,))
+            else:
+                # (Before the pop: repeated after a cut, it only sends one
+                # STOP more, where one too few would leave a worker running.)
+                self.stops_sent -= 1
+            try:
+                drained.popleft()
+            except IndexError:
+                break
+            # No worker took it (see _wake_a_worker).  (After the pop: missed
+            # after a cut, the queue only looks fuller, which wakes a worker
+            # more, where looking emptier could wake one too few.)
+            ctl[TASKS_PUT] -= 1
 
     def calls_queued_locked(self) -> int:
         """Calls not taken by any worker yet: those on the task queue (tasks put

@@ -415,6 +415,9 @@ class Resolver(Workers):
         ``cancel()`` holds the future's lock while it waits for the pool's)."""
         cancelling, taken_back = self.cancelling, self.taken_back
         resolver = threading.get_ident() == self.resolver_ident
+        if self.drained:  # (a take-back cut short)
+            with self.lock:
+                self.record_drained_locked()
         blocking = blocking and not resolver and not lock_level(self.lock)
         done = 0
         for tid, item in list(cancelling.items()):
@@ -438,12 +441,12 @@ class Resolver(Workers):
                     del self.inflight[tid]
                 taken_back.discard(tid)
                 done += 1
-        if cancelling or taken_back:
+        if cancelling or taken_back or self.drained:
             if resolver:  # (as for parked outcomes: the interval doubles while none moves)
                 self.park_retry = PARK_RETRY if done else min(2 * self.park_retry, PARK_RETRY_MAX)
             elif not blocking:
                 self.wake_resolver()  # (it keeps the time)
-        return not (cancelling or taken_back)
+        return not (cancelling or taken_back or self.drained)
 
     def _park(self, tid: int, item: WorkItem, outcome: tuple[bool, Any]) -> None:
         """Keep a decoded outcome whose future's lock another thread holds (a
@@ -639,7 +642,9 @@ class Resolver(Workers):
             # (Parked outcomes settled here may be all it waited for to end:
             # it then looks at the end below before it sleeps with no deadline.)
             settled = bool(self.parked) and self.retry_parked()
-            if self.cancelling or self.taken_back:  # (left by a stop cut short, or one that could not wait)
+            if (
+                self.cancelling or self.taken_back or self.drained
+            ):  # (left by a stop cut short, or one that could not wait)
                 try:
                     self.finish_cancelling()
                 except BaseException as exc:  # a done-callback's (even SystemExit): say so, go on
@@ -651,7 +656,7 @@ class Resolver(Workers):
                     # (With outcomes parked, it wakes to try them again.)
                     retry_at = (
                         time.monotonic() + self.park_retry
-                        if self.parked or self.cancelling or self.taken_back
+                        if self.parked or self.cancelling or self.taken_back or self.drained
                         else None
                     )
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
@@ -679,6 +684,7 @@ class Resolver(Workers):
                     and not self.parked
                     and not self.cancelling
                     and not self.taken_back
+                    and not self.drained
                     # (A result another thread took and is settling: its
                     # callbacks come here, once the future is done.)
                     # (A copy first: other threads change it without the lock.)

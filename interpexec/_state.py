@@ -233,6 +233,9 @@ class PoolState:
         # Calls terminate_workers() took back from the task queue, by task id:
         # still in ``inflight`` until their futures are cancelled.
         self.taken_back: set[int] = set()
+        # Their messages, off the task queue and not yet recorded in
+        # ``taken_back`` (see Dispatcher.take_back_queued_locked):
+        self.drained: collections.deque[Any] = collections.deque()
         self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()  # taken off the queue, not handled yet
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()

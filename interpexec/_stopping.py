@@ -56,7 +56,7 @@ class Stopper(Waiting):
         # (Also those an earlier shutdown, cut short, left.)  Inside a pool call
         # that holds the pool's lock (a signal handler's shutdown), a call whose
         # future's lock another thread holds is left to the resolver: see there.
-        if self.cancelling or self.taken_back:
+        if self.cancelling or self.taken_back or self.drained:
             try:
                 self.finish_cancelling()
             except BaseException:
@@ -147,11 +147,9 @@ class Stopper(Waiting):
             self.shutdown_flag = True
             self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
             self.take_pending_to_cancel_locked()
-            # What no worker has started yet, taken back: recorded as soon as
-            # the take returns (one C call), and cancelled with the rest below.
-            # (Not covered: a signal handler's exception landing inside the
-            # take itself, after the queue gave them up, leaves them running.)
-            self.taken_back.update(self.take_back_queued_locked())
+            # What no worker has started yet, taken back (into ``taken_back``,
+            # see there), and cancelled with the rest below.
+            self.take_back_queued_locked()
         try:
             self.finish_cancelling()
         except BaseException:
@@ -231,6 +229,7 @@ class Stopper(Waiting):
         self.limbo = []
         self.cancelling = {}
         self.taken_back = set()
+        self.drained = collections.deque()
         self.repair_failed = []
         self.closed = True
         self.parking = False

@@ -132,7 +132,7 @@ class Waiting(Resolver):
             with self.lock:
                 failed = self.dispatch_locked()
             self.fail_items(failed)
-        if self.cancelling or self.taken_back:  # (rare: see Resolver.finish_cancelling)
+        if self.cancelling or self.taken_back or self.drained:  # (rare: see Resolver.finish_cancelling)
             self.finish_cancelling(blocking=False)  # (never waiting: result() has a timeout)
         watch = self.watch(fut, me)
         if watch is None:

@@ -3,7 +3,6 @@ to the caller, installed when a task first imports ``logging`` (see
 :class:`interpexec._worker_env.LogForwarder`).  Loaded only then.
 """
 
-
 from . import _compat
 from ._protocol import EV_LOG, EVENT
 

@@ -1486,6 +1486,8 @@ FUNCS = [
     PoolFuture.cancel_if_pending,
     PoolFuture.force_cancel,
 ]
+if MODE == "terminate":  # (it also takes back what the task queue holds)
+    FUNCS += [Resolver.take_back_queued_locked, Resolver.record_drained_locked, Resolver.free_cells]
 def signal_points(func):
     # Where CPython runs a signal handler: a function's start, right after a
     # call returns, and at a backward jump.
@@ -1547,6 +1549,7 @@ for func in FUNCS:
             ex.shutdown(wait=True)
             assert all(calls.get(id(f)) == 1 for f in fs), (where, calls)
             assert not ex._pool.cancelling and not ex._pool.taken_back and not ex._pool.pending, where
+            assert not ex._pool.drained, where
             os.close(r)
             os.close(w)
             runs += 1
@@ -1566,7 +1569,9 @@ def test_a_handlers_exception_inside_cancel_futures_loses_no_call(mode):
     left held; ``top``: called by the program, ``nested``: inside a pool call
     that holds the pool's lock (a handler's shutdown inside ``submit()``),
     ``terminate``: ``terminate_workers()``, which also takes back the calls on
-    the task queue (cut short, those ran for ever: review50 #4)."""
+    the task queue (cut short, those ran for ever: review50 #4; cut inside the
+    take-back itself, after the queue gave them up, they stayed running for
+    ever: review51 #1)."""
     p = _run_script(CANCEL_SPAN_SCRIPT, mode, timeout=220)
     assert p.returncode == 0, p.stderr[-3000:]
     words = p.stdout.split()
