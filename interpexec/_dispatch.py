@@ -291,9 +291,21 @@ class Dispatcher(PoolState):
         return len(self.inflight) >= self.window
 
     def _wake_a_worker(self, force: bool = False) -> None:
-        """Write a task wake-up byte unless no worker needs it: none sleeps, the
+        """Wake a sleeping worker unless none needs it: none sleeps, the
         lingering ones will take every task queued, or every sleeping worker
-        already has one coming (sleepers <= wake-up bytes written, not yet read)."""
+        already has a wake-up coming.
+
+        The one woken is the one used last (that reported a result last), on
+        its own pipe, as anyio takes its interpreter workers most recently used
+        first: calls made one after the other run in one interpreter, whose
+        imports and caches are warm.  (One shared pipe wakes its longest
+        sleeper: one call after another went round every worker.)  The shared
+        pipe, which every sleeping worker also watches, carries the wake-ups
+        that must reach some worker whatever the counts say (``force``: STOPs,
+        repairs), those where the counts are not trusted (see SKIP_WAKEUPS),
+        and the ones a worker passes on (see _worker_main): a worker woken on
+        its own pipe may have taken a task by itself meanwhile.  Under the
+        pool's lock (the workers' pipes are closed under it)."""
         if SKIP_WAKEUPS and not force:
             control, ctl = self.control, self.ctl
             sleepers = control.count(1, self.asleep_lo, self.asleep_hi)
@@ -313,8 +325,37 @@ class Dispatcher(PoolState):
                 queued = ctl[TASKS_PUT] - sum(ctl[self.taken_lo : self.taken_hi])
                 if control.count(1, self.spin_lo, self.spin_hi) >= queued:
                     return
-            if sleepers <= self.task_written - sum(ctl[self.task_read_lo : self.task_read_hi]):
+            # The sleepers with a wake-up of their own on its way (written, not
+            # yet read) need no other; the others can each be woken by a
+            # shared one.  (A worker with one left unread that is not asleep
+            # is not counted: it took a task by itself, and reads it later.)
+            layout = self.layout
+            asleep, stamps, read = layout.asleep, layout.used_stamp, layout.wake_read
+            latest: Any = None
+            stamp = coming = 0
+            for slot, w in self.workers.items():
+                if ctl[asleep + slot] != 1 or w.retired:
+                    continue
+                if w.wake_written > ctl[read + slot]:
+                    coming += 1
+                elif latest is None or ctl[stamps + slot] > stamp:
+                    latest, stamp = w, ctl[stamps + slot]
+            if sleepers - coming <= self.task_written - sum(ctl[self.task_read_lo : self.task_read_hi]):
                 return
+            if latest is not None and latest.wake_pipe[1] >= 0:
+                latest.wake_written += 1
+                try:
+                    os.write(latest.wake_pipe[1], b"\0")
+                except OSError:  # (not expected: a byte pending is the most there ever is)
+                    latest.wake_written -= 1
+                else:
+                    # Still asleep, or awake and has read it (a worker counts
+                    # what it read before it clears its flag): done.  Else it
+                    # took a task by itself, and may have looked for a wake-up
+                    # of its own (to pass it on) before this one came: a shared
+                    # one as well.
+                    if ctl[asleep + latest.slot] == 1 or ctl[read + latest.slot] >= latest.wake_written:
+                        return
         self.task_written += 1
         try:
             os.write(self.tasks.wfd, b"\0")

@@ -85,6 +85,7 @@ class Workers(Dispatcher):
             main_name=self.main_name,
             log_level=self.log_level,
             thread_grace=self.interrupt_grace,
+            wake_fd=worker.wake_pipe[0],
         )
 
     def prestart(self, wait: bool) -> None:
@@ -120,6 +121,7 @@ class Workers(Dispatcher):
         with self.lock:
             del self.workers[worker.slot]
             worker.commands.close()
+            worker.close_wake_pipe()
             self.free_slots.append(worker.slot)
             self.ready_slots.discard(worker.slot)
             if not worker.retired:

@@ -159,6 +159,7 @@ class WorkerSettings:
         "slots",
         "tasks",
         "thread_grace",
+        "wake_fd",
     )
 
     def __init__(
@@ -179,6 +180,7 @@ class WorkerSettings:
         main_name,  # type: str | None
         log_level,  # type: int | None
         thread_grace,  # type: float
+        wake_fd,  # type: int
     ):
         # type: (...) -> None
         self.slots = slots
@@ -196,6 +198,7 @@ class WorkerSettings:
         self.main_name = main_name
         self.log_level = log_level
         self.thread_grace = thread_grace
+        self.wake_fd = wake_fd  # the read end of this worker's own wake-up pipe
 
     def to_wire(self):  # type: () -> tuple[Any, ...]
         return tuple(getattr(self, name) for name in WorkerSettings.__slots__)

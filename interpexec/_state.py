@@ -171,7 +171,7 @@ class PoolState:
         )
         self.sys_path = tuple(sys.path)
         self.main_path, self.main_name = _main_info()
-        self.tasks = Channel(blocking_read=idle_timeout is None)  # idle workers poll with a timeout
+        self.tasks = Channel(blocking_read=False)  # idle workers poll it and their own pipe (see _worker_main)
         self.results = Channel()
         self.window = min(max(2 * max_workers, 8), NSLOTS)
         self.layout = ControlLayout(2 * max_workers + 4)

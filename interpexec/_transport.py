@@ -275,7 +275,8 @@ COLLECTOR_READ = 1
 PARK = 2
 WORKERS = 3  # the pool's max_workers (read by workers to size their idle spin)
 TASKS_PUT = 4  # tasks the dispatcher put (what a lingering worker watches)
-_FIXED = 5
+USED_SEQ = 5  # the last stamp a worker took as it reported a result (see ControlLayout.used_stamp)
+_FIXED = 6
 #: A call cell: a task's message, marshalled (its first item is the task id;
 #: marshal ignores what follows it, an older message's end).
 CELL_WORDS = 32
@@ -306,8 +307,10 @@ class ControlLayout:
         "task_read",
         "task_taken",
         "tasks_done",
+        "used_stamp",
         "waiter_fds",
         "waiter_tids",
+        "wake_read",
     )
 
     def __init__(self, slots):  # type: (int) -> None
@@ -327,5 +330,10 @@ class ControlLayout:
         # in flight, max(2 * max_workers, 8) for slots = 2 * max_workers + 4),
         # so that a task id's cell is nearly always free when it is dispatched.
         self.ncells = min(NCELLS_MAX, 1 << (2 * slots - 1).bit_length())
-        self.cells = self.task_taken + slots
+        # When each worker last reported a result (a stamp from USED_SEQ), and
+        # the wake-ups it read on its own pipe: the dispatcher wakes the
+        # sleeper used last, there (see Dispatcher._wake_a_worker).
+        self.used_stamp = self.task_taken + slots
+        self.wake_read = self.used_stamp + slots
+        self.cells = self.wake_read + slots
         self.size = self.cells + self.ncells * CELL_WORDS

@@ -86,6 +86,19 @@ class Worker:
             self.commands.close()
             raise
         os.set_blocking(self.interrupt_pipe[1], False)
+        # This worker's own wake-up pipe (see Dispatcher._wake_a_worker): written
+        # by the dispatcher under the pool's lock, and closed under it once the
+        # worker has left the pool's table (never written closed).  Neither end
+        # blocks: a byte pending is a wake-up coming.
+        try:
+            self.wake_pipe = os.pipe()
+        except BaseException:
+            self.commands.close()
+            for fd in self.interrupt_pipe:
+                os.close(fd)
+            raise
+        for fd in self.wake_pipe:
+            os.set_blocking(fd, False)
         self.handoff = 0
         self.sys_path = sys_path
         self.control_view = control_view
@@ -95,6 +108,9 @@ class Worker:
         # The slot's counters keep counting across workers: remember where we start.
         self.base_done = ctl[layout.tasks_done + slot]
         self.base_busy_ns = ctl[layout.busy_ns + slot]
+        # Wake-ups written to this worker's pipe, counted from where the slot's
+        # count of those read there stands (it goes on across workers).
+        self.wake_written = ctl[layout.wake_read + slot]
 
     def start(self) -> None:
         _compat.start_thread_object(self.thread)
@@ -102,8 +118,15 @@ class Worker:
     def discard(self) -> None:
         """Release what __init__ made, for a worker whose thread never started."""
         self.commands.close()
-        for fd in self.interrupt_pipe:
+        for fd in (*self.interrupt_pipe, *self.wake_pipe):
             os.close(fd)
+
+    def close_wake_pipe(self) -> None:
+        """Close the wake-up pipe (under the pool's lock, the worker gone)."""
+        pipe, self.wake_pipe = self.wake_pipe, (-1, -1)
+        for fd in pipe:
+            if fd >= 0:
+                os.close(fd)
 
     def interrupt(self, tid: int) -> None:
         """Ask this worker's watchdog to stop task ``tid`` (call under the pool's

@@ -55,6 +55,7 @@ from ._transport import (
     SAME_ARG_MIN,
     SKIP_WAKEUPS,
     TASKS_PUT,
+    USED_SEQ,
     WORKERS,
     Channel,
     ControlLayout,
@@ -192,6 +193,17 @@ def serve(control, settings):  # type: (memoryview, WorkerSettings) -> int
     try:
         reason = _serve(ctl, layout, settings, Channel.from_spec(settings.tasks), results, state, watchdog)
     finally:
+        # A worker leaving (retired, recycled, parked) lingers no more: the
+        # dispatcher, and workers that leave tasks to lingering ones, counted
+        # on it to look at the queue once more.  A task queued then wakes
+        # another worker instead.  (Cleared before the look: one queued after
+        # the look was put after the dispatcher saw the flag cleared.)
+        spinning = layout.spinning + settings.index
+        if ctl[spinning]:
+            ctl[spinning] = 0
+            tasks = Channel.from_spec(settings.tasks)
+            if _compat.queue_count_if_open(tasks.qid):
+                tasks.notify()
         watchdog.stop()
     if not threads.wait(settings.thread_grace):
         # Say what was left, then wait on: the pool retires this worker (a fresh
@@ -325,8 +337,22 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     spin_lo, spin_hi = layout.spinning, layout.spinning + layout.slots
     idle_timeout = settings.idle_timeout
     idle_until = 0.0  # when an idle worker leaves (0.0: not idle yet)
+    # No lingering at the start (a worker started for queued work takes it at
+    # its first look; lingering would only race the worker used last for the
+    # next call), nor after a wake-up (see below).
+    skip_linger = True
+    # An idle worker sleeps on its own wake-up pipe (the dispatcher wakes the
+    # worker used last there: see Dispatcher._wake_a_worker) and on the shared
+    # one.  Neither read end blocks: several workers may wake for one shared
+    # byte, and only one gets it.
+    wake_rfd = settings.wake_fd
+    task_wfd = tasks.wfd
+    used_stamp = layout.used_stamp + index
+    wake_read = layout.wake_read + index
+    read = os.read
     idle_poll = select.poll()
     idle_poll.register(task_rfd, select.POLLIN)
+    idle_poll.register(wake_rfd, select.POLLIN)
     max_tasks = settings.max_tasks
     done = 0
     tasks_done = layout.tasks_done + index
@@ -334,6 +360,32 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     clock = time.perf_counter_ns
 
     cells_at, cell_mask, cell_bytes, loads = 8 * layout.cells, layout.ncells - 1, ctl.cast("B"), marshal.loads
+
+    def take_own():  # type: () -> bool
+        """Read a wake-up from this worker's own pipe, if one is there
+        (counted after the read: until then the dispatcher counts it as on
+        its way, and wakes nobody else for it)."""
+        try:
+            if not read(wake_rfd, 1):
+                return False
+        except BlockingIOError:
+            return False
+        ctl[wake_read] += 1
+        return True
+
+    def pass_on():  # type: () -> None
+        """Once no longer asleep: a wake-up of its own that this worker will not
+        act on (it took a task by itself, woke for a shared one, or leaves)
+        goes to the shared pipe, for another sleeper.  The dispatcher writes
+        one only while it sees this worker asleep, and writes a shared one as
+        well if it no longer does after its write: one written before this
+        worker cleared its flag is read here."""
+        while take_own():
+            try:
+                write(task_wfd, b"\0")
+            except BlockingIOError:  # (full: sleepers are being woken anyway)
+                continue
+            ctl[task_read] -= 1  # (its reader counts it read: the dispatcher never wrote it)
 
     def wake_waiter(slot, tid):  # type: (int, int) -> bool | None
         """Wake the thread registered as waiting for task ``tid``: None when none
@@ -353,8 +405,21 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     while True:
         # (Count first: a get from an empty queue makes CPython import its queue
         # wrapper module, which costs a 3.13 worker 35 ms and can fail.)
-        msg = get(task_qid, empty) if count(task_qid) else empty
-        if msg is empty and (not spin_cap or sum(ctl[spin_lo:spin_hi]) < spin_cap):
+        # A worker flagged as lingering (since its last result, see below) takes
+        # a task it finds.  One that is not (just started, or woken) leaves the
+        # tasks to those that are, while they are enough for every task
+        # queued: each looks at the queue once more and takes one, and the
+        # dispatcher woke nobody for them, counting on that (calls made one
+        # after the other run in the interpreter used last).
+        n = count(task_qid)
+        if n and (ctl[spinning] or n > sum(ctl[spin_lo:spin_hi])):
+            ctl[spinning] = 0  # (cleared before a get, see below)
+            msg = get(task_qid, empty)
+        else:
+            msg = empty
+        if skip_linger:
+            skip_linger = False
+        elif msg is empty and (not spin_cap or sum(ctl[spin_lo:spin_hi]) < spin_cap):
             # Linger briefly before sleeping: waking a sleeping thread costs the
             # waker more than a whole no-op task, so in a burst of submits a worker
             # that sleeps after every task halves the pool's throughput.  Bounded,
@@ -380,31 +445,45 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
                 yield_cpu()
             ctl[spinning] = 0
         if msg is empty:
-            # Publish "asleep", look once more, then block on the pipe.
+            # Publish "asleep" (and no longer lingering), look once more, then
+            # block on the pipes.
             ctl[asleep] = 1
-            msg = get(task_qid, empty) if count(task_qid) else empty
+            ctl[spinning] = 0
+            n = count(task_qid)
+            msg = get(task_qid, empty) if n and n > sum(ctl[spin_lo:spin_hi]) else empty  # (see above)
             if msg is empty:
                 if ctl[PARK]:
                     ctl[asleep] = 0
+                    pass_on()
                     return EXIT_PARK
+                timeout_ms = -1
                 if idle_timeout is not None:
                     now = time.monotonic()
                     if not idle_until:
                         idle_until = now + idle_timeout
-                    if not idle_poll.poll(min(MAX_POLL_MS, max(1, int((idle_until - now) * 1000)))):
-                        ctl[asleep] = 0
-                        if time.monotonic() >= idle_until:
-                            return EXIT_IDLE
-                        continue  # (an idle timeout longer than one poll can wait)
-                try:
-                    os.read(task_rfd, 1)
-                except BlockingIOError:  # (a pool with idle_timeout: another worker took it)
-                    ctl[asleep] = 0
-                    continue
-                ctl[task_read] += 1
+                    timeout_ms = min(MAX_POLL_MS, max(1, int((idle_until - now) * 1000)))
+                woken = False
+                if idle_poll.poll(timeout_ms):
+                    woken = take_own()
+                    if not woken:
+                        try:
+                            woken = bool(read(task_rfd, 1))
+                        except BlockingIOError:  # (every sleeper wakes for a shared byte: another took it)
+                            pass
+                        if woken:
+                            ctl[task_read] += 1
                 ctl[asleep] = 0
+                pass_on()
+                if not woken and idle_timeout is not None and time.monotonic() >= idle_until:
+                    return EXIT_IDLE
+                # Woken (or an idle timeout longer than one poll can wait): a task
+                # waiting is taken at the next look; if none is, back to sleep
+                # without lingering (another worker took it, and a worker that
+                # lingers then would race the one used last for the next call).
+                skip_linger = True
                 continue
             ctl[asleep] = 0
+            pass_on()  # (it took a task by itself)
         ctl[taken] += 1
         if type(msg) is int:  # a task sent as its id: its message is in its call cell
             tid = msg
@@ -428,6 +507,16 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
         # Drop the task (and any buffers it was lent, whose release is scheduled
         # in the caller's interpreter) before the caller can see the result.
         del msg
+        # Stamped as the worker used last, before the caller can see the result
+        # and call again: the dispatcher wakes the sleeper used last first.
+        # (Not atomic across workers: a tie only orders two workers arbitrarily.)
+        ctl[USED_SEQ] += 1
+        ctl[used_stamp] = ctl[USED_SEQ]
+        # And counted as lingering from then on: it looks at the queue again
+        # before it sleeps (it clears the flag first, then looks), so a call
+        # the caller makes next is left to it rather than wake another worker
+        # (calls made one after the other run in one interpreter).
+        ctl[spinning] = 1
         try:
             put(result_qid, out)
         except BaseException as exc:  # e.g. MemoryError: the future must still fail

@@ -228,6 +228,18 @@ async def test_calls_run_in_parallel_on_distinct_interpreters(env):
 
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
+async def test_calls_made_one_after_the_other_run_in_one_interpreter(fresh_default):
+    """anyio's own test of ``to_interpreter.run_sync``: a call runs in another
+    interpreter, and a second call after it in the same one (anyio takes its
+    workers most recently used first; so does interpexec's dispatcher)."""
+    first = await aio.run_sync(h.interp_id)
+    assert first != MAIN_INTERP_ID
+    for _ in range(20):
+        assert await aio.run_sync(h.interp_id) == first
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
 async def test_limiter_bounds_concurrent_calls(env):
     executor = env.pool(2)
     arrived_r, arrived_w, go_r, go_w = env.gate()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import pytest
 
@@ -44,6 +45,24 @@ def test_calls_that_must_run_together_each_get_a_worker(workers):
 # Workers start on demand: up to the CPUs at once, past them only when queued
 # calls wait with no worker taking any (see Resolver.grow_if_stalled).  The CPU
 # count is set to 2 here, so the figures do not depend on the machine.
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2, CPUS + 1, 4 * CPUS])
+def test_calls_made_one_after_the_other_run_in_the_interpreter_used_last(workers):
+    """As anyio takes its interpreter workers most recently used first: a call
+    made after the last one returned runs in the same interpreter (whose
+    imports and caches are warm), whether that worker still lingers or has
+    gone to sleep.  (A shared wake-up pipe wakes its longest sleeper: calls
+    went round every worker.)  The pauses only vary which of the two it is:
+    the assertion holds either way."""
+    rng = random.Random(20261206 + workers)
+    with interpexec.InterpreterPoolExecutor(workers) as pool:
+        pool.prestart(wait=True)
+        first = pool.submit(wh.interp_id).result(timeout=15)
+        for i in range(60):
+            time.sleep(rng.choice((0, 0, 0, 0.0005, 0.005)))  # (the caller's own work between calls)
+            assert pool.submit(wh.interp_id).result(timeout=15) == first, f"call {i}"
 
 
 @pytest.fixture

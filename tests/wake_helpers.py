@@ -7,6 +7,13 @@ def noop():
     return None
 
 
+def interp_id():
+    """The id of the interpreter that runs this call."""
+    import _interpreters
+
+    return int(_interpreters.get_current()[0])
+
+
 def rendezvous(started, release, index):
     """Say it started, then hold its worker until released (or 20 s pass)."""
     started.put(index)
