@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 
 import pytest
@@ -42,11 +43,6 @@ def test_calls_that_must_run_together_each_get_a_worker(workers):
             assert [f.result(timeout=15) for f in burst] == [None] * len(burst)
 
 
-# Workers start on demand: up to the CPUs at once, past them only when queued
-# calls wait with no worker taking any (see Resolver.grow_if_stalled).  The CPU
-# count is set to 2 here, so the figures do not depend on the machine.
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("workers", [2, CPUS + 1, 4 * CPUS])
 def test_calls_made_one_after_the_other_run_in_the_interpreter_used_last(workers):
@@ -63,6 +59,73 @@ def test_calls_made_one_after_the_other_run_in_the_interpreter_used_last(workers
         for i in range(60):
             time.sleep(rng.choice((0, 0, 0, 0.0005, 0.005)))  # (the caller's own work between calls)
             assert pool.submit(wh.interp_id).result(timeout=15) == first, f"call {i}"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("config", range(4))
+def test_seeded_mix_of_lone_calls_bursts_and_rendezvous_never_starves(config):
+    """A seeded mix, from two submitting threads, of calls made one after the
+    other (with pauses), bursts, and groups of calls that only finish once all
+    of them run at once, in pools that recycle workers (``max_tasks_per_child``)
+    or let idle ones go (``idle_timeout``): a group that does not all start
+    within 15 s means a queued call waited while a worker slept.  Bounded to
+    about 8 s per configuration."""
+    rng = random.Random(20261206 * 10 + config)
+    workers = rng.choice((2, 3, CPUS + 1, 2 * CPUS + 1))
+    options = {}
+    if config % 2:
+        options["max_tasks_per_child"] = rng.choice((1, 3, 17))
+    if config >= 2:
+        options["idle_timeout"] = rng.choice((0.01, 0.05))
+    failures = []
+    with interpexec.InterpreterPoolExecutor(workers, **options) as pool:
+
+        def submitter(seed, groups):
+            r = random.Random(seed)
+            deadline = time.monotonic() + 8
+            round_no = 0
+            while time.monotonic() < deadline and not failures:
+                kind = r.randrange(3)
+                if kind == 0:  # calls made one after the other
+                    for _ in range(r.randint(1, 20)):
+                        time.sleep(r.choice((0, 0, 0.0002, 0.002)))  # (varies the workers' state)
+                        if pool.submit(wh.noop).result(timeout=15) is not None:
+                            failures.append("a no-op returned something")
+                elif kind == 1:  # a burst
+                    burst = [pool.submit(wh.noop) for _ in range(r.choice((2, 10, 100)))]
+                    if [f.result(timeout=15) for f in burst] != [None] * len(burst):
+                        failures.append("a burst went wrong")
+                elif groups is not None:  # a group that must run at once (one thread only: they would share workers)
+                    started, release = groups
+                    together = r.randint(2, workers)
+                    gated = [pool.submit(wh.rendezvous, started, release, i) for i in range(together)]
+                    try:
+                        seen = sorted(started.get(timeout=15) for _ in range(together))
+                    except Exception as exc:  # (the queue's Empty: some never started)
+                        failures.append(f"round {round_no}: {together} calls did not all start ({exc!r})")
+                        seen = []
+                    for _ in range(together):
+                        release.put(round_no)
+                    if seen and [f.result(timeout=15) for f in gated] != [round_no] * together:
+                        failures.append(f"round {round_no}: wrong results")
+                    round_no += 1
+
+        groups = (interpexec.Queue(), interpexec.Queue())
+        threads = [
+            threading.Thread(target=submitter, args=(rng.random(), groups)),
+            threading.Thread(target=submitter, args=(rng.random(), None)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a submitter hung"
+    assert not failures, (workers, options, failures)
+
+
+# Workers start on demand: up to the CPUs at once, past them only when queued
+# calls wait with no worker taking any (see Resolver.grow_if_stalled).  The CPU
+# count is set to 2 here, so the figures do not depend on the machine.
 
 
 @pytest.fixture
