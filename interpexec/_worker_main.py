@@ -419,7 +419,7 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
             msg = empty
         if skip_linger:
             skip_linger = False
-        elif msg is empty and (not spin_cap or sum(ctl[spin_lo:spin_hi]) < spin_cap):
+        elif msg is empty and (not spin_cap or sum(ctl[spin_lo:spin_hi]) - ctl[spinning] < spin_cap):  # (not itself)
             # Linger briefly before sleeping: waking a sleeping thread costs the
             # waker more than a whole no-op task, so in a burst of submits a worker
             # that sleeps after every task halves the pool's throughput.  Bounded,
