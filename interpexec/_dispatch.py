@@ -53,6 +53,10 @@ class Dispatcher(PoolState):
         failed: list[tuple[WorkItem, BaseException]] = []
         if self.closed:
             return failed
+        if self.drained:
+            # (A take-back cut short: recorded first, so that the STOPs it
+            # took are counted as no longer sent, and sent again below.)
+            self.record_drained_locked()
         if self.limbo:
             self.repair_limbo_locked()
         if self.repair_failed:
@@ -325,36 +329,43 @@ class Dispatcher(PoolState):
                 queued = ctl[TASKS_PUT] - sum(ctl[self.taken_lo : self.taken_hi])
                 if control.count(1, self.spin_lo, self.spin_hi) >= queued:
                     return
+            shared = self.task_written - sum(ctl[self.task_read_lo : self.task_read_hi])
+            if sleepers <= shared:
+                return  # (each sleeper can be woken by a shared wake-up on its way)
             # The sleepers with a wake-up of their own on its way (written, not
             # yet read) need no other; the others can each be woken by a
             # shared one.  (A worker with one left unread that is not asleep
             # is not counted: it took a task by itself, and reads it later.)
-            layout = self.layout
-            asleep, stamps, read = layout.asleep, layout.used_stamp, layout.wake_read
-            latest: Any = None
+            layout, n = self.layout, self.layout.slots
+            flags = ctl[layout.asleep : layout.asleep + n].tolist()
+            reads = ctl[layout.wake_read : layout.wake_read + n].tolist()
+            stamps = ctl[layout.used_stamp : layout.used_stamp + n].tolist()
+            written = self.wake_written
+            best = -1
             stamp = coming = 0
-            for slot, w in self.workers.items():
-                if ctl[asleep + slot] != 1 or w.retired:
-                    continue
-                if w.wake_written > ctl[read + slot]:
-                    coming += 1
-                elif latest is None or ctl[stamps + slot] > stamp:
-                    latest, stamp = w, ctl[stamps + slot]
-            if sleepers - coming <= self.task_written - sum(ctl[self.task_read_lo : self.task_read_hi]):
+            for slot, flag in enumerate(flags):
+                if flag == 1:
+                    if written[slot] > reads[slot]:
+                        coming += 1
+                    elif best < 0 or stamps[slot] > stamp:
+                        best, stamp = slot, stamps[slot]
+            if sleepers - coming <= shared:
                 return
-            if latest is not None and latest.wake_pipe[1] >= 0:
-                latest.wake_written += 1
+            latest = self.workers.get(best)
+            if latest is not None and not latest.retired and latest.wake_pipe[1] >= 0:
+                read, asleep = layout.wake_read + best, layout.asleep + best
+                written[best] += 1
                 try:
                     os.write(latest.wake_pipe[1], b"\0")
                 except OSError:  # (not expected: a byte pending is the most there ever is)
-                    latest.wake_written -= 1
+                    written[best] -= 1
                 else:
                     # Still asleep, or awake and has read it (a worker counts
                     # what it read before it clears its flag): done.  Else it
                     # took a task by itself, and may have looked for a wake-up
                     # of its own (to pass it on) before this one came: a shared
                     # one as well.
-                    if ctl[asleep + latest.slot] == 1 or ctl[read + latest.slot] >= latest.wake_written:
+                    if ctl[asleep] == 1 or ctl[read] >= written[best]:
                         return
         self.task_written += 1
         try:

@@ -34,6 +34,7 @@ class Workers(Dispatcher):
             try:
                 name = f"{self.thread_name_prefix}_{slot}"
                 w = Worker(self, slot, name, self.sys_path, self.control_view, self.layout)
+                self.wake_written[slot] = self.ctl[self.layout.wake_read + slot]
             except Exception as exc:  # out of descriptors: as below
                 self.free_slots.append(slot)
                 self.start_error = exc

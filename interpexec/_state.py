@@ -43,7 +43,7 @@ from ._compat import (
 )
 from ._future import WAITABLE
 from ._pickling import dumps, encode_callable
-from ._transport import NSLOTS, WORKERS, Channel, ControlLayout
+from ._transport import NSLOTS, SKIP_WAKEUPS, WORKERS, Channel, ControlLayout
 from ._wakeup import borrow, give_back, notify, wait
 
 TYPE_CHECKING = False  # typing is not imported: nothing here needs it at run time
@@ -171,13 +171,20 @@ class PoolState:
         )
         self.sys_path = tuple(sys.path)
         self.main_path, self.main_name = _main_info()
-        self.tasks = Channel(blocking_read=False)  # idle workers poll it and their own pipe (see _worker_main)
+        # Idle workers poll it and their own pipe (see _worker_main), or, where
+        # every wake-up goes through it, block in its read with no idle timeout.
+        self.tasks = Channel(blocking_read=idle_timeout is None and not SKIP_WAKEUPS)
         self.results = Channel()
         self.window = min(max(2 * max_workers, 8), NSLOTS)
         self.layout = ControlLayout(2 * max_workers + 4)
         self.control = bytearray(8 * self.layout.size)
         self.control_view = memoryview(self.control)
         self.ctl = self.control_view.cast("q")
+        # Wake-ups the dispatcher wrote to each slot's worker's own pipe,
+        # counted as the worker counts those it read there (the control block's
+        # wake_read: see Dispatcher._wake_a_worker); set to that count when a
+        # worker takes the slot.
+        self.wake_written = [0] * self.layout.slots
         self.ctl[WORKERS] = max_workers
         self.asleep_lo, self.asleep_hi = 8 * self.layout.asleep, 8 * self.layout.task_read
         self.task_read_lo, self.task_read_hi = self.layout.task_read, self.layout.result_written

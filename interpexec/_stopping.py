@@ -145,11 +145,15 @@ class Stopper(Waiting):
         self.release_future_locks()  # (as shutdown() does: see there)
         with self.lock:
             self.shutdown_flag = True
-            self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
-            self.take_pending_to_cancel_locked()
-            # What no worker has started yet, taken back (into ``taken_back``,
-            # see there), and cancelled with the rest below.
-            self.take_back_queued_locked()
+            try:
+                self.repair_limbo_locked()  # (first: its items go where they are cancelled below)
+                self.take_pending_to_cancel_locked()
+                # What no worker has started yet, taken back (into ``taken_back``,
+                # see there), and cancelled with the rest below.
+                self.take_back_queued_locked()
+            except BaseException:  # (a signal handler's: the resolver finishes what was left)
+                self.wake_resolver()
+                raise
         try:
             self.finish_cancelling()
         except BaseException:
@@ -193,6 +197,7 @@ class Stopper(Waiting):
                     os.write(self.tasks.wfd, b"\0")  # wake the sleepers; they see PARK
                 except OSError:
                     break
+                self.task_written += 1  # (its reader counts it read)
         with self.lock:
             while any(w.in_interp for w in self.workers.values()):
                 left = deadline - time.monotonic()

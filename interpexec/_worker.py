@@ -108,9 +108,6 @@ class Worker:
         # The slot's counters keep counting across workers: remember where we start.
         self.base_done = ctl[layout.tasks_done + slot]
         self.base_busy_ns = ctl[layout.busy_ns + slot]
-        # Wake-ups written to this worker's pipe, counted from where the slot's
-        # count of those read there stands (it goes on across workers).
-        self.wake_written = ctl[layout.wake_read + slot]
 
     def start(self) -> None:
         _compat.start_thread_object(self.thread)

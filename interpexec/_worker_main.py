@@ -203,7 +203,12 @@ def serve(control, settings):  # type: (memoryview, WorkerSettings) -> int
             ctl[spinning] = 0
             tasks = Channel.from_spec(settings.tasks)
             if _compat.queue_count_if_open(tasks.qid):
-                tasks.notify()
+                try:
+                    os.write(tasks.wfd, b"\0")
+                except OSError:  # (full: sleepers are being woken anyway; or the pool is closing)
+                    pass
+                else:
+                    ctl[layout.task_read + settings.index] -= 1  # (its reader counts it read, see pass_on)
         watchdog.stop()
     if not threads.wait(settings.thread_grace):
         # Say what was left, then wait on: the pool retires this worker (a fresh
@@ -352,7 +357,8 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     read = os.read
     idle_poll = select.poll()
     idle_poll.register(task_rfd, select.POLLIN)
-    idle_poll.register(wake_rfd, select.POLLIN)
+    if SKIP_WAKEUPS:  # (elsewhere the dispatcher wakes through the shared pipe only: see there)
+        idle_poll.register(wake_rfd, select.POLLIN)
     max_tasks = settings.max_tasks
     done = 0
     tasks_done = layout.tasks_done + index
@@ -380,7 +386,7 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
         one only while it sees this worker asleep, and writes a shared one as
         well if it no longer does after its write: one written before this
         worker cleared its flag is read here."""
-        while take_own():
+        while SKIP_WAKEUPS and take_own():
             try:
                 write(task_wfd, b"\0")
             except BlockingIOError:  # (full: sleepers are being woken anyway)
@@ -463,8 +469,11 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
                         idle_until = now + idle_timeout
                     timeout_ms = min(MAX_POLL_MS, max(1, int((idle_until - now) * 1000)))
                 woken = False
-                if idle_poll.poll(timeout_ms):
-                    woken = take_own()
+                # (Where every wake-up goes through the shared pipe, a pool with
+                # no idle timeout blocks in its read, which wakes one sleeper
+                # per byte: a poll would wake them all.)
+                if (not SKIP_WAKEUPS and idle_timeout is None) or idle_poll.poll(timeout_ms):
+                    woken = SKIP_WAKEUPS and take_own()
                     if not woken:
                         try:
                             woken = bool(read(task_rfd, 1))

@@ -1578,6 +1578,72 @@ def test_a_handlers_exception_inside_cancel_futures_loses_no_call(mode):
     assert words[0] == "OK" and int(words[1]) > 30 and int(words[2]) > 20, p.stdout
 
 
+STOP_TAKEN_BACK_SCRIPT = """
+import os, signal, sys, threading, time
+from interpexec import InterpreterPoolExecutor
+from interpexec._dispatch import Dispatcher
+from interpexec._transport import COLLECTOR_ASLEEP
+from tests import hostile_helpers as hh
+class Term(Exception):
+    pass
+def on_term(signum, frame):
+    raise Term("a SIGTERM handler's exception")
+signal.signal(signal.SIGTERM, on_term)
+MAIN = threading.get_ident()
+st = {"armed": False, "hit": False}
+def at_start(code, offset):
+    if threading.get_ident() == MAIN and st["armed"] and not st["hit"]:
+        st["hit"] = True
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+TOOL = sys.monitoring.PROFILER_ID
+sys.monitoring.use_tool_id(TOOL, "stop taken back")
+sys.monitoring.register_callback(TOOL, sys.monitoring.events.PY_START, at_start)
+sys.monitoring.set_local_events(TOOL, Dispatcher.record_drained_locked.__code__, sys.monitoring.events.PY_START)
+ex = InterpreterPoolExecutor(1, interrupt_grace=0.05)
+arrived_r, arrived_w = os.pipe()
+r, w = os.pipe()
+blocker = ex.submit(hh.arrive_and_block, arrived_w, r)
+os.read(arrived_r, 1)  # (it runs)
+got = []
+waiter = threading.Thread(target=lambda: got.append(blocker.result(timeout=30)))
+waiter.start()
+pool, layout = ex._pool, ex._pool.layout
+slot = blocker._ie_tid % layout.nslots
+# (What the hang needs: the thread in result() registered for the call, so
+# that it collects the result itself, and the resolver with nothing to do.)
+while pool.ctl[layout.waiter_tids + slot] != blocker._ie_tid or not pool.ctl[COLLECTOR_ASLEEP]:
+    time.sleep(0.001)
+ex.shutdown(wait=False)  # a STOP queued behind the running call
+# (The pool left quiet for a moment: the hang needed every thread asleep when
+# the take-back was cut.  The assertion holds however long this is.)
+time.sleep(0.3)
+st["armed"] = True
+try:
+    ex.terminate_workers()  # takes the STOP back, cut short before recording it
+except Term:
+    pass
+st["armed"] = False
+os.write(w, b"x")
+waiter.join(30)
+done = threading.Event()
+threading.Thread(target=lambda: (ex.shutdown(wait=True), done.set()), daemon=True).start()
+print("hit", st["hit"], "returned", done.wait(20), "result", got)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_stop_taken_back_by_a_cut_short_terminate_is_sent_again():
+    """``terminate_workers()`` takes back what the task queue holds, STOPs
+    included; cut short by a signal handler's exception before recording them,
+    the STOP stayed counted as sent, and once the running call's result was
+    collected by a thread in ``result()`` nothing sent it again: the worker
+    slept and ``shutdown(wait=True)`` waited for ever (review52 #1).  The next
+    dispatch records what the take-back left first."""
+    p = _run_script(STOP_TAKEN_BACK_SCRIPT, timeout=80)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[:4] == ["hit", "True", "returned", "True"], p.stdout
+
+
 @pytest.mark.timeout(60)
 def test_a_handlers_cancel_futures_while_another_thread_cancels_does_not_deadlock():
     """A signal handler's ``shutdown(cancel_futures=True)`` lands inside
