@@ -18,10 +18,10 @@ from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import encode_callable
 from ._pool import Pool
-from ._protocol import CALL, CHUNK, NAMED
+from ._protocol import CALL, CHUNK, NAMED, NATIVE
 from ._sigint import defer_sigint
 from ._state import LIVE_POOLS
-from ._transport import NATIVE, encode, encode_columns, few_native_args
+from ._transport import encode, encode_columns, few_native_args
 
 # typing is not imported at run time: it costs a few milliseconds of every
 # program's start-up, for nothing a submit needs.

@@ -9,17 +9,16 @@ loads then too): the module is not among those every worker imports.
 import sys
 
 from . import _compat
-from ._transport import PICKLED
+from ._protocol import PICKLED
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in workers (signatures are type comments)
 if TYPE_CHECKING:
     from typing import Any  # noqa: F401 (names used only in type comments)
 
     from ._compat import PickleBuffer
-    from ._transport import Encoded  # noqa: F401
 
 
-def encode_pickled(obj, share_buffers, snapshot):  # type: (Any, bool, bool) -> Encoded
+def encode_pickled(obj, share_buffers, snapshot):  # type: (Any, bool, bool) -> tuple[Any, ...]
     """Turn ``obj``, which does not cross natively, into a natively shareable
     tuple: pickle protocol 5.
 
@@ -115,7 +114,7 @@ def _wrap_bytearrays(obj):  # type: (Any) -> Any
     return obj
 
 
-def materialize(enc):  # type: (Encoded) -> Encoded
+def materialize(enc):  # type: (tuple[Any, ...]) -> tuple[Any, ...]
     """Copy a snapshot-encoded value's out-of-band views into this interpreter's
     memory (one ``bytearray`` each)."""
     if len(enc) == 3 and enc[0] == PICKLED:

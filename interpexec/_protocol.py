@@ -92,6 +92,15 @@ TIMEOUT = 3
 STOPPED = 4
 VALUE = 5
 
+# value encodings (see _transport.encode): the first item of an encoded value
+NATIVE = 0
+PICKLED = 1
+LENT = 2  # a result that is a view lent by the caller: (LENT, buffer index, format, shape)
+#: A result that is one of the call's own positional arguments, unchanged: a large
+#: ``bytes`` or ``str`` (immutable), which the caller already holds: (SAME_ARG, index).
+#: It goes back as that reference instead of a second copy of the payload.
+SAME_ARG = 3
+
 #: An ERR's packed exception when nothing of it could be packed (no memory even
 #: for its type name): (pickle, type name, message, traceback, cause, name), see
 #: ``_errors.pack_exception``.

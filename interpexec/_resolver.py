@@ -57,7 +57,10 @@ from ._protocol import (
     EV_STUCK,
     EV_THREADS_LEFT,
     EVENT,
+    LENT,
+    NATIVE,
     OK,
+    SAME_ARG,
     TIMEOUT,
     VALUE,
 )
@@ -67,9 +70,6 @@ from ._state import LIVE_POOLS, WorkItem
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
-    LENT,
-    NATIVE,
-    SAME_ARG,
     decode,
 )
 from ._wakeup import close_free, notify, wait

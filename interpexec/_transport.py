@@ -19,20 +19,14 @@ import os
 import sys
 
 from . import _compat
+from ._protocol import NATIVE
 from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
     from typing import Any
 
-NATIVE = 0
-PICKLED = 1
-LENT = 2  # a result that is a view lent by the caller: (LENT, buffer index, format, shape)
-#: A result that is one of the call's own positional arguments, unchanged: a large
-#: ``bytes`` or ``str`` (immutable), which the caller already holds: (SAME_ARG, index).
-#: It goes back as that reference instead of a second copy of the payload.
-SAME_ARG = 3
-SAME_ARG_MIN = 64 * 1024  # below this, copying is as cheap as the check
+SAME_ARG_MIN = 64 * 1024  # below this, copying is as cheap as the check (see _protocol.SAME_ARG)
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

@@ -21,7 +21,14 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 import interpexec
-from interpexec import BrokenInterpreterPool, IncompatibleModuleError, InterpreterPoolExecutor, _pickled, _transport
+from interpexec import (
+    BrokenInterpreterPool,
+    IncompatibleModuleError,
+    InterpreterPoolExecutor,
+    _pickled,
+    _protocol,
+    _transport,
+)
 
 from . import contract_helpers as ch
 from . import helpers, log_helpers
@@ -308,7 +315,7 @@ def test_pickle_buffer_travels_out_of_band_to_the_worker_and_back(make_pool):
 
     # The encoding both directions use: a short pickle plus the buffer out of band.
     sent = _transport.encode(blob, share_buffers=True)  # caller -> worker (as submit does)
-    assert sent[0] == _transport.PICKLED and len(sent) == 3
+    assert sent[0] == _protocol.PICKLED and len(sent) == 3
     assert len(sent[1]) < 1024, f"{len(sent[1])} bytes of pickle for a {size}-byte buffer"
     [view] = sent[2]
     assert view.nbytes == size
@@ -319,7 +326,7 @@ def test_pickle_buffer_travels_out_of_band_to_the_worker_and_back(make_pool):
     view.release()
 
     returned = _transport.encode(back, share_buffers=False, snapshot=True)  # worker -> caller
-    assert returned[0] == _transport.PICKLED and len(returned) == 3
+    assert returned[0] == _protocol.PICKLED and len(returned) == 3
     assert len(returned[1]) < 1024
     assert [v.nbytes for v in returned[2]] == [size]
     assert _transport.decode(_pickled.materialize(returned)) == back
