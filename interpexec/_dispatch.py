@@ -354,12 +354,15 @@ class Dispatcher(PoolState):
             latest = self.workers.get(best)
             if latest is not None and not latest.retired and latest.wake_pipe[1] >= 0:
                 read, asleep = layout.wake_read + best, layout.asleep + best
-                written[best] += 1
                 try:
                     os.write(latest.wake_pipe[1], b"\0")
                 except OSError:  # (not expected: a byte pending is the most there ever is)
-                    written[best] -= 1
+                    pass
                 else:
+                    # (Counted after the write: a Ctrl-C in between leaves the
+                    # worker looking free of one, which only wakes more; counted
+                    # first, it would have looked woken for good.)
+                    written[best] += 1
                     # Still asleep, or awake and has read it (a worker counts
                     # what it read before it clears its flag): done.  Else it
                     # took a task by itself, and may have looked for a wake-up
@@ -367,8 +370,8 @@ class Dispatcher(PoolState):
                     # one as well.
                     if ctl[asleep] == 1 or ctl[read] >= written[best]:
                         return
-        self.task_written += 1
         try:
             os.write(self.tasks.wfd, b"\0")
         except BlockingIOError:
-            self.task_written -= 1  # full: the workers are being woken anyway
+            return  # full: the workers are being woken anyway
+        self.task_written += 1  # (after the write, as above: a miss only wakes more)
