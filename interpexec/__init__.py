@@ -7,7 +7,7 @@ own GIL on its own OS thread (PEP 684, PEP 734).
 How a call travels (modules named in brackets)::
 
     submit()/map()                          [_executor]  public API
-      -> encode fn + args                   [_transport] shareable values as-is, else pickle 5
+      -> encode fn + args                   [_transport] shareable values as-is, else pickle 5 [_pickled]
       -> pending deque -> dispatch          [_dispatch]  the window of tasks in flight
       -> task Channel: queue + pipe         [_transport] over _interpqueues [_compat]
       -> serve() loop inside a worker       [_worker_main], entered once per interpreter
@@ -21,7 +21,8 @@ How a call travels (modules named in brackets)::
     result() / event loops wait on a pipe of their own (a shortcut)          [_waiting]
     deadlines, interrupt(): a watchdog thread inside each worker interpreter [_watchdog]
     shutdown, terminate, exit, Ctrl-C, os.fork()                 [_stopping, _sigint]
-    inside a worker: __main__ fixup, log forwarding, threads left [_worker_env]
+    inside a worker: __main__ fixup, log forwarding, threads left [_worker_env;
+                                     loaded when first used: _worker_script, _worker_log]
 
 Around the core: ``aio`` (async), ``dask/`` (a package: the worker-side plan
 evaluator, translation of distributed's tasks, the plugin), ``joblib/`` (the
