@@ -24,6 +24,7 @@ from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
+    from collections.abc import Callable  # noqa: F401 (used in a type comment)
     from typing import Any
 
 SAME_ARG_MIN = 64 * 1024  # below this, copying is as cheap as the check (see _protocol.SAME_ARG)
@@ -107,9 +108,23 @@ def encode(obj, *, share_buffers, snapshot=False):  # type: (Any, bool, bool) ->
     raises."""
     if is_native(obj):
         return (NATIVE, obj)
+    pickled = _encode_pickled
+    if pickled is None:
+        pickled = _load_pickled()
+    return pickled(obj, share_buffers, snapshot)
+
+
+_encode_pickled = None  # type: Callable[[Any, bool, bool], Encoded] | None  # (_pickled's, once loaded)
+
+
+def _load_pickled():  # type: () -> Callable[[Any, bool, bool], Encoded]
+    """Load the pickling half of encoding, once (an import statement per call
+    cost about as much as pickling a small dict)."""
+    global _encode_pickled
     from ._pickled import encode_pickled
 
-    return encode_pickled(obj, share_buffers, snapshot)
+    _encode_pickled = encode_pickled
+    return encode_pickled
 
 
 _TAKEN = object()  # type: Any  # (what Channel.drain's get returns from an emptied queue)
