@@ -17,7 +17,9 @@ and ``Modules/_interpqueuesmodule.c``):
 * Getting from an empty queue raises the ``QueueEmpty`` class of the stdlib wrapper
   (``test.support.interpreters`` on 3.13, ``concurrent.interpreters`` on 3.14+),
   which the C module imports on first use; :func:`queue_get` returns a default
-  instead.
+  instead.  In the main interpreter this module registers classes of its own
+  first (:func:`_register_queue_errors`: a signal handler inside that import
+  crashes CPython).
 
 This module is imported inside worker interpreters too, so it stays small and
 imports nothing heavy.
@@ -285,6 +287,50 @@ def _fill_ctypes_field_table():  # type: () -> None
     except ImportError:
         return
     type("_FieldTableFilled", (_ctypes._SimpleCData,), {"_type_": "O"})
+
+
+#: The stdlib wrappers that register ``_interpqueues``' QueueEmpty and QueueFull
+#: (see :func:`_register_queue_errors`).
+_QUEUE_WRAPPERS = (
+    ("interpreters.queues", "test.support.interpreters.queues")
+    if VERSION == (3, 13)
+    else ("concurrent.interpreters._queues",)
+)
+
+
+def _register_queue_errors():  # type: () -> None
+    """Give ``_interpqueues`` its QueueEmpty and QueueFull classes in this
+    interpreter before any get or put can need them.
+
+    The C module has no classes of its own for an empty or a full queue: the
+    first time a get finds its queue empty (or a put finds it full) it imports
+    its stdlib wrapper, whose last line registers them.  That import is Python
+    code; a signal handler that runs inside it, in the main thread, and gets from
+    an empty queue (a pool call in the handler, whose take of results finds the
+    queue emptied by another thread) finds the wrapper half imported, no class
+    registered, and CPython crashes (SIGSEGV in ``PyObject_CallOneArg`` on a
+    NULL type; 3.13.0, 3.13.18, 3.14.10 and 3.15.2; no upstream issue found;
+    reproducer in tests/test_compat.py).  Registering our own classes here
+    leaves no such import to interrupt, and costs nothing, where importing the
+    wrapper costs 27 ms on 3.13 (it loads unittest) and 1.4 to 3.7 ms on 3.14+.
+
+    The C module lets a wrapper register its classes again (it does so when
+    reloaded): a program that imports the wrapper later gets the wrapper's own
+    classes from then on, as without interpexec.  Not done when a wrapper is in
+    ``sys.modules`` already: the module is there before its body runs, and the
+    registration is its body's last line, so a wrapper imported meanwhile by
+    another thread still registers after these.  Until then a raw
+    ``_interpqueues`` get from an empty queue raises this QueueEmpty, a
+    ``queue.Empty`` as the wrapper's is."""
+    if any(name in sys.modules for name in _QUEUE_WRAPPERS):
+        return
+    base = _interpqueues.QueueError
+    empty = type("QueueEmpty", (base, _queue.Empty), {"__module__": __name__})
+    full = type("QueueFull", (base,), {"__module__": __name__})
+    # (The wrapper's Queue class too, which the C module makes shareable; no
+    # instance of this one exists, so none is ever shared.)
+    queue_type = type("Queue", (), {"__module__": __name__, "__slots__": ()})
+    _interpqueues._register_heap_types(queue_type, empty, full)  # type: ignore[attr-defined]
 
 
 #: Interpreters are created and destroyed one at a time in the process: CPython
@@ -657,6 +703,8 @@ if TYPE_CHECKING:  # (bound below; not annotations: on 3.14+ they compile to a m
     set_signal_wakeup_fd = None  # type: Any
 if _IN_MAIN_INTERPRETER or __package__ + "._worker_main" not in sys.modules:
     _bind_main_side(globals())
+if _IN_MAIN_INTERPRETER:  # (signal handlers run only there)
+    _register_queue_errors()
 
 
 #: ``release_all(lock)``: release an RLock the calling thread holds, however

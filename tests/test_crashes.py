@@ -9,6 +9,11 @@ crashes without the mitigation, in fresh processes, often enough to have seen it
 | (none found; cfield.c)  | 3.13.0  | workers importing ctypes for the first time | the main interpreter creates  |
 |                         |         | in the process at once (or their watchdogs  | one simple ctypes type first  |
 |                         |         | interrupting tasks, which imports it)       |                               |
+| (none found)            | all     | a signal handler gets from an empty queue   | the main interpreter gives    |
+|                         |         | while the main thread imports the stdlib    | _interpqueues its own         |
+|                         |         | queue wrapper (the C module imports it on   | QueueEmpty/QueueFull classes  |
+|                         |         | the first empty get, as in a pool's take of | at import (the wrapper, when  |
+|                         |         | results emptied by another thread)          | imported, replaces them)      |
 
 Without the mitigation, 14 of 20 runs of the first pattern crashed (SIGABRT,
 "double free or corruption") on CPython 3.13.0 here; the test runs it 12 times.
@@ -17,6 +22,8 @@ The ctypes pattern crashed (SIGSEGV) 1 process in 60 on 3.13.0; with the mitigat
 SIGSEGV: 2 of 40 processes under CI load) and the same mitigation does not cure it:
 the test is skipped there until something does (the gap is documented).  Its test runs 20 fresh processes: a
 guard against losing the mitigation, not proof of it.
+The queue pattern crashed (SIGSEGV) every time on 3.13.0, 3.13.18, 3.14.10 and
+3.15.2 without the mitigation (a pool's signal-storm test met it once in 17 runs).
 """
 
 from __future__ import annotations
@@ -137,3 +144,75 @@ def test_a_python_without_ctypes_still_runs_pools(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50, env=env, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "[0, 1, 2, 3]", proc.stderr[-2000:]
+
+
+QUEUE_ERRORS_SCRIPT = textwrap.dedent(
+    """
+    import importlib, os, queue, signal, sys
+    from interpexec import InterpreterPoolExecutor, _compat
+
+    WRAPPER = "test.support.interpreters.queues" if sys.version_info < (3, 14) else "concurrent.interpreters._queues"
+    get = _compat._interpqueues.get  # (a raw get: the package's own checks the count first)
+    qid = _compat.queue_create()
+    caught = []
+
+    def handler(signum, frame):
+        try:
+            get(qid)
+        except BaseException as exc:
+            caught.append(exc)
+
+    signal.signal(signal.SIGUSR1, handler)
+    # An empty get in the main interpreter now imports nothing: no Python code
+    # runs inside it for a handler to land in.
+    try:
+        get(qid)
+    except queue.Empty:
+        pass
+    assert WRAPPER not in sys.modules, "an empty get imported the wrapper"
+
+    # The program's own import of the wrapper, with a handler's empty get landing
+    # inside it (after the module is in sys.modules, before its classes are
+    # registered: where the C module crashed).
+    fired = []
+
+    def audit(event, args):
+        if event == "import" and not fired and WRAPPER in sys.modules:
+            fired.append(args[0])
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    sys.addaudithook(audit)
+    wrapper = importlib.import_module(WRAPPER)
+    assert fired, "the signal was not sent during the wrapper's import"
+    assert len(caught) == 1 and isinstance(caught[0], queue.Empty), caught
+
+    # From then on the wrapper's own classes are in force, and its queues still
+    # cross interpreters.
+    try:
+        get(qid)
+    except wrapper.QueueEmpty:
+        pass
+    interpreters = importlib.import_module(WRAPPER.rpartition(".")[0])
+    shared = wrapper.create()
+    interp = interpreters.create()
+    interp.exec(f"import {WRAPPER}")  # (3.13 shares a queue only into an interpreter that has)
+    interp.prepare_main(q=shared)
+    interp.exec("q.put(41 + 1)")
+    assert shared.get(timeout=10) == 42
+    interp.close()
+    with InterpreterPoolExecutor(2) as ex:
+        assert list(ex.map(abs, [-1, -2, -3])) == [1, 2, 3]
+    print("ok", fired[0])
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_signal_handler_getting_from_an_empty_queue_during_the_wrappers_import_does_not_crash(tmp_path):
+    script = tmp_path / "queue_errors.py"
+    script.write_text(QUEUE_ERRORS_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50, env=env, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok "), (
+        f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr[-2000:]}"
+    )
