@@ -429,8 +429,9 @@ if sys.version_info < (3, 14):
         _interpqueues.bind(qid)
         return qid
 
-    #: What ``_interpqueues.put`` takes after the queue and the object.
-    QUEUE_PUT_TAIL = (0, _UNBOUND_REMOVE)  # type: tuple[int, ...]
+    #: What ``_interpqueues.put`` takes after the queue and the object: the
+    #: format (0: shareable objects only) and the unbound-item operation.
+    QUEUE_PUT_A, QUEUE_PUT_B = 0, _UNBOUND_REMOVE  # type: int, int
 
 else:
 
@@ -439,15 +440,19 @@ else:
         _interpqueues.bind(qid)
         return qid
 
-    QUEUE_PUT_TAIL = (_UNBOUND_REMOVE,)
+    #: The unbound-item operation, and the fallback (-1: the queue's own, as
+    #: created; interpexec never puts what would need it).
+    QUEUE_PUT_A, QUEUE_PUT_B = _UNBOUND_REMOVE, -1  # type: int, int
 
-#: ``queue_put(qid, obj)`` as ``QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)``: a C call,
-#: with no Python frame in which a Ctrl-C could land first.
+#: ``queue_put(qid, obj)`` as ``QUEUE_PUT(qid, obj, QUEUE_PUT_A, QUEUE_PUT_B)``: a C
+#: call, with no Python frame in which a Ctrl-C could land first.  (Four
+#: positional arguments on every version: a ``*tail`` costs a list and a tuple
+#: per call, 100-200 ns.)
 QUEUE_PUT = _interpqueues.put  # type: Any
 
 
 def queue_put(qid, obj):  # type: (int, Any) -> None
-    QUEUE_PUT(qid, obj, *QUEUE_PUT_TAIL)
+    QUEUE_PUT(qid, obj, QUEUE_PUT_A, QUEUE_PUT_B)
 
 
 def queue_get(qid, default=None):  # type: (int, Any) -> Any

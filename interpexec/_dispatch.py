@@ -14,7 +14,7 @@ import marshal
 import os
 from concurrent.futures import _base
 
-from ._compat import QUEUE_PUT, QUEUE_PUT_TAIL, queue_count_if_open, queue_put, queue_take
+from ._compat import QUEUE_PUT, QUEUE_PUT_A, QUEUE_PUT_B, queue_count_if_open, queue_put, queue_take
 from ._future import PoolFuture, start_running_locked
 from ._protocol import NAMED, STOP
 from ._state import PoolState, WorkItem
@@ -42,11 +42,40 @@ class Dispatcher(PoolState):
         self, fut: PoolFuture[Any], msg: tuple[Any, ...], args: Any
     ) -> list[tuple[WorkItem, BaseException]]:
         """Queue a call whose ``msg`` already carries its task id; returns the
-        items that failed to dispatch (resolve them after releasing the lock)."""
+        items that failed to dispatch (resolve them after releasing the lock).
+
+        ``fut`` is new: nobody else has seen it yet (submit() returns it after
+        this).  When nothing waits ahead of it and the window has room, it is
+        sent at once (the common case), skipping ``pending``: its state goes
+        to RUNNING without its lock, which nobody can hold."""
         if self.active < self.wanted or not self.started:
             self.start_locked()
-        self.pending.append(WorkItem(fut, msg, args))
-        return self.dispatch_locked()
+        item = WorkItem(fut, msg, args)
+        if (
+            self.pending
+            or len(self.inflight) >= self.window
+            or self.closed
+            or self.shutdown_flag
+            or self.drained
+            or self.limbo
+            or self.repair_failed
+        ):
+            self.pending.append(item)
+            return self.dispatch_locked()
+        failed: list[tuple[WorkItem, BaseException]] = []
+        outer = self.dispatching  # (a dispatch this one interrupted, from a signal handler)
+        sending: WorkItem | None = item
+        try:
+            self.dispatching = item
+            fut._state = _base.RUNNING
+            self._send_locked(item, outer, failed)
+            sending = None
+        except BaseException:  # (as in dispatch_locked)
+            self.dispatching = outer
+            self.limbo.append(sending)
+            self.repair_limbo_locked()
+            raise
+        return failed
 
     def dispatch_locked(self) -> list[tuple[WorkItem, BaseException]]:
         """Move pending work into the task channel while the window allows."""
@@ -61,16 +90,13 @@ class Dispatcher(PoolState):
             self.repair_limbo_locked()
         if self.repair_failed:
             failed, self.repair_failed = self.repair_failed, failed
-        pending, inflight, ctl = self.pending, self.inflight, self.ctl
+        pending, inflight = self.pending, self.inflight
         item: WorkItem | None = None
         # The item on its way from ``pending`` to ``inflight`` is ``dispatching``
         # from before it leaves the one until after it is in the other, so that
         # release_future_locks(), which reads them without the lock, in that
         # order, finds it.  (The outer dispatch's, when a signal handler nests one.)
         outer = self.dispatching
-        # (Below max_workers, the resolver watches dispatched work: see Resolver._wait_or_grow.)
-        nudge = self.wanted < self.max_workers
-        control, asleep_lo, asleep_hi = self.control, self.asleep_lo, self.asleep_hi
         try:
             while pending and len(inflight) < self.window:
                 try:
@@ -91,34 +117,8 @@ class Dispatcher(PoolState):
                     self.dispatching = outer
                     item = None
                     continue
-                # (Only behind other tasks: reading a cell costs the worker a
-                # little more than a tuple, which a lone call's round trip
-                # feels; in a burst the main interpreter is what is short.)
-                msg = self._in_cell(item.msg) if inflight and item.msg[1] == NAMED else item.msg
-                inflight[item.tid] = item
-                self.dispatching = outer
-                ctl[TASKS_PUT] += 1  # (counted first: see _wake_a_worker)
-                try:
-                    # (A C call: no Python frame between the store and the put,
-                    # where a Ctrl-C would leave the task in flight, never sent.)
-                    QUEUE_PUT(self.tasks.qid, msg, *QUEUE_PUT_TAIL)
-                except Exception as exc:  # e.g. an object the queue refused: fails that future only
-                    if _raised_after_the_put(exc):
-                        # Raised by Python code that ran after the put (a signal
-                        # handler): the task was sent, and the exception is the
-                        # caller's (handled below as a Ctrl-C would be).
-                        raise
-                    del inflight[item.tid]
-                    ctl[TASKS_PUT] -= 1  # (never put)
-                    failed.append((item, exc))
-                    item = None
-                    continue
+                self._send_locked(item, outer, failed)
                 item = None
-                # (_wake_a_worker's first test, inline: in a burst no worker sleeps.)
-                if not SKIP_WAKEUPS or control.count(1, asleep_lo, asleep_hi):
-                    self._wake_a_worker()
-                if nudge and not self.growing and ctl[COLLECTOR_ASLEEP]:
-                    self.results.notify()  # the resolver watches this work, to grow the pool if it stalls
         except BaseException:
             # A Ctrl-C landed in the caller's thread (the main one) mid-dispatch:
             # leave the item where it belongs, so that its future still resolves.
@@ -126,9 +126,11 @@ class Dispatcher(PoolState):
             # exception and that call runs a signal handler): a second exception
             # from a handler, landing anywhere in the repair, leaves it recorded
             # for the next dispatch to repair.  (None: between two items, the
-            # last one's wake-up may not be written.)  ``dispatching`` is put
-            # back first, with no call in between either: left naming the
-            # item, it would hold back the STOPs of every later dispatch.
+            # last one's wake-up may not be written; an item already sent is
+            # repaired by a wake-up.)  ``dispatching`` is put back first, with no
+            # call in between either: left naming the item, it would hold back
+            # the STOPs of every later dispatch.  (Inline, not a method: a
+            # handler can run as a function starts.)
             self.dispatching = outer
             self.limbo.append(item)
             self.repair_limbo_locked()
@@ -143,6 +145,43 @@ class Dispatcher(PoolState):
                 self.stops_sent += 1
                 self._wake_a_worker(force=True)
         return failed
+
+    def _send_locked(
+        self, item: WorkItem, outer: WorkItem | None, failed: list[tuple[WorkItem, BaseException]]
+    ) -> None:
+        """Send ``item``, whose future is RUNNING and which is ``dispatching``:
+        into ``inflight``, onto the task channel, and wake a worker if one must.
+        A call the queue refuses goes into ``failed``.  (A Ctrl-C landing
+        anywhere here, or as this starts or returns, leaves the item to the
+        caller's except, which records it in ``limbo``.)"""
+        inflight, ctl = self.inflight, self.ctl
+        # (Only behind other tasks: reading a cell costs the worker a
+        # little more than a tuple, which a lone call's round trip
+        # feels; in a burst the main interpreter is what is short.)
+        msg = self._in_cell(item.msg) if inflight and item.msg[1] == NAMED else item.msg
+        inflight[item.tid] = item
+        self.dispatching = outer
+        ctl[TASKS_PUT] += 1  # (counted first: see _wake_a_worker)
+        try:
+            # (A C call: no Python frame between the store and the put,
+            # where a Ctrl-C would leave the task in flight, never sent.)
+            QUEUE_PUT(self.tasks.qid, msg, QUEUE_PUT_A, QUEUE_PUT_B)
+        except Exception as exc:  # e.g. an object the queue refused: fails that future only
+            if _raised_after_the_put(exc):
+                # Raised by Python code that ran after the put (a signal
+                # handler): the task was sent, and the exception is the
+                # caller's (handled as a Ctrl-C would be).
+                raise
+            del inflight[item.tid]
+            ctl[TASKS_PUT] -= 1  # (never put)
+            failed.append((item, exc))
+            return
+        # (_wake_a_worker's first test, inline: in a burst no worker sleeps.)
+        if not SKIP_WAKEUPS or self.control.count(1, self.asleep_lo, self.asleep_hi):
+            self._wake_a_worker()
+        # (Below max_workers, the resolver watches dispatched work: see Resolver._wait_or_grow.)
+        if self.wanted < self.max_workers and not self.growing and ctl[COLLECTOR_ASLEEP]:
+            self.results.notify()  # the resolver watches this work, to grow the pool if it stalls
 
     def _in_cell(self, msg: tuple[Any, ...]) -> tuple[Any, ...] | int:
         """Write a NAMED message into its task's call cell and return the bare
@@ -216,7 +255,7 @@ class Dispatcher(PoolState):
             self.ctl[TASKS_PUT] += 1
             self.inflight[tid] = item
             try:
-                QUEUE_PUT(self.tasks.qid, item.msg, *QUEUE_PUT_TAIL)
+                QUEUE_PUT(self.tasks.qid, item.msg, QUEUE_PUT_A, QUEUE_PUT_B)
             except Exception as exc:  # (its first put failed the same way)
                 if _raised_after_the_put(exc):
                     raise  # a signal handler's, run right after the put: the task was sent

@@ -14,6 +14,7 @@ import weakref
 from concurrent.futures import Executor
 
 from . import _compat, _shared, _stopping
+from ._compat import lock_level as _lock_level
 from ._future import PoolFuture
 from ._map import ChunkCall, MapIterator, chunks
 from ._pickling import encode_callable
@@ -197,9 +198,11 @@ class InterpreterPoolExecutor(Executor):
         self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> Future[T]:
         pool = self._pool
-        levels = pool.lock_levels()  # (not 0 in a signal handler run inside the pool's code)
+        # (pool.lock_levels() and pool.window_full(), inline: per call.  The
+        # levels are not 0 in a signal handler run inside the pool's code.)
+        levels = _lock_level(pool.lock), _lock_level(pool.collect_lock)
         try:
-            if pool.window_full():
+            if len(pool.inflight) >= pool.window:
                 pool.collect()  # make room here rather than wait for the resolver
             tid = next(pool.tid)
             fut: PoolFuture[T] = PoolFuture(pool, tid, pool.interrupt_on_cancel)
@@ -355,7 +358,8 @@ def _enqueue(
     for a call that could not be encoded), else queued and dispatched; futures
     dispatch failed are resolved after the lock is released (callbacks may run)."""
     with pool.lock:
-        pool.check_usable_locked()
+        if pool.broken is not None or pool.shutdown_flag:  # (check_usable_locked's tests, inline: per call)
+            pool.check_usable_locked()
         if _stopping._exiting:
             raise RuntimeError("cannot schedule new futures after interpreter shutdown")
         if msg is None:
@@ -377,7 +381,7 @@ def _encode_call(
     if not callable(fn):
         raise TypeError(f"'{type(fn).__name__}' object is not callable")  # (the standard message)
     ref = encode_callable(fn)
-    if not kwargs and few_native_args(args):
+    if not kwargs and (not args or few_native_args(args)):
         if type(ref) is tuple:  # (the common case, as one flat tuple: the cheapest message to cross)
             return (tid, NAMED, ref[0], ref[1], timeout, *args)
         return (tid, CALL, ref, (NATIVE, (args, ())), timeout)

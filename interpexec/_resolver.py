@@ -272,6 +272,7 @@ class Resolver(Workers):
         idempotent) by the next delivery here or, woken, by the resolver."""
         held, handled = self.held, False
         popper = iter(self.inbox.popleft, _NOTHING)  # (C: the pop and the store in one call)
+        inflight, unsettled = self.inflight, self.unsettled
         try:
             while True:
                 if not held:
@@ -284,6 +285,45 @@ class Resolver(Workers):
                     msg = held[0]
                 except IndexError:  # a nested delivery (a signal handler in this thread) handled it
                     continue
+                # The common case first, inline (most results of a burst): a
+                # native value (a bare id: None) for a task already out of the
+                # window, whose future nobody waits for and has no callback:
+                # the state change is all there is (as in PoolFuture._settle).
+                # The future's lock is only tried, never waited for, and
+                # released in the except should a Ctrl-C land right after it
+                # is taken; anything else goes the general way (_handle).
+                if type(msg) is int:
+                    tid, value = msg, None
+                elif msg[1] == VALUE:
+                    tid, value = msg[0], msg[2]
+                else:
+                    tid = 0
+                item = unsettled.get(tid) if tid else None
+                if item is not None and tid not in inflight:
+                    fut = item.future
+                    cond = fut._condition
+                    level = lock_level(cond)
+                    try:
+                        if cond.acquire(False):
+                            if (
+                                fut._state == _RUNNING
+                                and not fut._waiters
+                                and not fut._done_callbacks
+                                and not cond._waiters  # type: ignore[attr-defined]
+                            ):
+                                fut._result = value
+                                fut._state = _FINISHED
+                            cond.release()
+                    except BaseException:
+                        while lock_level(cond) > level:
+                            cond.release()
+                        raise
+                    if fut._state == _FINISHED:
+                        unsettled.pop(tid, None)
+                        if item.waiter_fd and item.waiter_thread != threading.get_ident():
+                            notify(item.waiter_fd - 1)
+                        held.clear()
+                        continue
                 try:
                     self._handle(msg)
                 except BaseException:  # user code or a Ctrl-C: the rest first
@@ -876,6 +916,7 @@ class Resolver(Workers):
 
 _NOTHING = object()  # (a sentinel no message equals)
 _RUNNING = _base.RUNNING
+_FINISHED = _base.FINISHED
 _PENDING = _base.PENDING
 _InvalidStateError = _base.InvalidStateError
 

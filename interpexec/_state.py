@@ -247,7 +247,7 @@ class PoolState:
         # Taken off the queue, on their way to inbox (see Resolver._take_queued):
         self.arrived: collections.deque[tuple[Any, ...]] = collections.deque()
         # The message the main thread is handling (see Resolver._deliver_in_main):
-        self.held: collections.deque[tuple[Any, ...]] = collections.deque()
+        self.held: collections.deque[Any] = collections.deque()  # (a message: a tuple, or a bare task id)
         # Messages other threads hold while they wait for the pool's lock to
         # handle them, by thread (see Resolver._leave_window):
         self.stalled: dict[int, tuple[Any, ...]] = {}

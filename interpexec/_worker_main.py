@@ -322,7 +322,7 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     waiter_fds, waiter_tids, nslots = layout.waiter_fds, layout.waiter_tids, layout.nslots
     empty: Any = object()
     get = _compat.queue_get_counted
-    put = _compat.queue_put
+    put, put_a, put_b = _compat.QUEUE_PUT, _compat.QUEUE_PUT_A, _compat.QUEUE_PUT_B  # (the C call itself)
     task_rfd = tasks.rfd
     result_qid = results.qid
     result_wfd = results.wfd
@@ -527,9 +527,9 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
         # (calls made one after the other run in one interpreter).
         ctl[spinning] = 1
         try:
-            put(result_qid, out)
+            put(result_qid, out, put_a, put_b)
         except BaseException as exc:  # e.g. MemoryError: the future must still fail
-            put(result_qid, _report_error(tid, exc))
+            put(result_qid, _report_error(tid, exc), put_a, put_b)
         del out
         # Wake the thread waiting for this very result if there is one (it collects
         # everything queued), else the resolver if it sleeps.

@@ -2221,21 +2221,31 @@ def _line_text(code, n):
 
 
 @pytest.mark.timeout(60)
-def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
+@pytest.mark.parametrize("path", ["general", "inline"])
+def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering(path):
     """A signal handler that waits for the very future whose result the main
     thread is in the middle of delivering (the message in ``held``, inside
     ``_handle``): collect()'s quick check looked at the queue, ``arrived`` and
     the inbox, not at ``held``, so the handler waited for a delivery nobody
     would make (found by stop 26's review, also seen under a SIGALRM storm).
-    The handler is run at the first line of ``_handle``, in the main thread."""
+    The handler is run in the main thread at the first line of ``_handle``
+    (a future with a done-callback), or where ``_deliver_in_main`` looks at
+    the message on its inline path (one without)."""
     with InterpreterPoolExecutor(1) as ex:
         ex.prestart(wait=True)
         pool = ex._pool
-        code = type(pool)._handle.__code__
+        if path == "general":
+            code = type(pool)._handle.__code__
+            line_wanted = None
+        else:
+            code = type(pool)._deliver_in_main.__code__
+            line_wanted = next(n for _, _, n in code.co_lines() if n and "if type(msg) is int:" in _line_text(code, n))
         nested: list[object] = []
         box: list[object] = []
 
         def at(code_, line):
+            if line_wanted is not None and line != line_wanted:
+                return None
             if threading.current_thread() is threading.main_thread() and box and not nested:
                 try:  # (what a signal handler run here would do)
                     nested.append(box[0].result(timeout=10))
@@ -2246,6 +2256,8 @@ def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering():
 
         with _resolver_held_busy(ex):  # (the main thread delivers its result itself)
             box.append(ex.submit(fh.ok, 5))
+            if path == "general":
+                box[0].add_done_callback(lambda f: None)
             with _monitored(code, sys.monitoring.events.LINE, at):
                 assert box[0].result(timeout=30) == 5
         assert nested == [5]

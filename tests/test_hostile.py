@@ -1131,7 +1131,7 @@ def test_sigint_into_result_then_everything_still_resolves():
 # callback, interrupts user code, and the future's later callbacks are skipped,
 # as when a callback raises KeyboardInterrupt).
 STEP_SCRIPT = """
-import concurrent.futures as cf, dis, signal, sys, threading
+import concurrent.futures as cf, dis, os, signal, sys, threading
 from concurrent.futures import Future
 from interpexec import InterpreterPoolExecutor
 from interpexec._condition import FutureCondition
@@ -1147,10 +1147,12 @@ if MODE == "take":
 elif MODE == "dispatch":
     from interpexec import _compat
     from interpexec._executor import _enqueue
-    FUNCS = [IPE._submit, _enqueue, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, _compat.queue_put]
+    FUNCS = [IPE._submit, _enqueue, Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, Dispatcher._send_locked,
+             _compat.queue_put]
 elif MODE == "repair":
     REPAIR = [Dispatcher.repair_limbo_locked, Dispatcher._repair, Dispatcher._wake_a_worker]
-    FUNCS = [Dispatcher.dispatch_locked] + REPAIR
+    DISPATCH = [Dispatcher.enqueue_locked, Dispatcher.dispatch_locked, Dispatcher._send_locked]
+    FUNCS = DISPATCH + REPAIR
 else:
     FUNCS = [Resolver.collect, Resolver._deliver, Resolver._deliver_in_main, Resolver._handle,
              Resolver._outcome, PoolFuture._settle, PoolFuture._finish, Resolver.run_callbacks_later,
@@ -1232,24 +1234,31 @@ def _recording_init(self, *args):
 PoolFuture.__init__ = _recording_init
 def dispatch_batch(ex, n):
     # The resolver parked, so that results come back only through this thread:
-    # the window fills, and later submits wait in pending and collect.  A
-    # Ctrl-C may end a submit() at any step: no call it had queued may be
-    # lost, nor run twice.
+    # calls that block fill the window, later submits wait in pending and
+    # collect, and each byte written lets one blocked call end, so that a
+    # later collect dispatches pending calls (a submit finding room sends its
+    # call at once, skipping pending).  A Ctrl-C may end a submit() at any
+    # step: no call it had queued may be lost, nor run twice.
     where = state["target"]
     pool = ex._pool
     del CREATED[:]
     release = park_resolver(ex)
+    rfd, wfd = os.pipe()
     try:
         fs = {}
+        blockers = [ex.submit(hh.block_on_fd, rfd) for _ in range(max(0, pool.window - len(pool.inflight)))]
         state["on"] = True
         try:
             for i in range(n):
+                if i % 3 == 2:
+                    os.write(wfd, b"x")
                 try:
                     fs[i] = ex.submit(hh.identity, i)
                 except (KeyboardInterrupt, HandlerError):
                     pass
         finally:
             state["on"] = False
+            os.write(wfd, b"x" * len(blockers))  # (every blocked call ends)
     finally:
         release.set()
     for f in CREATED:
@@ -1264,6 +1273,8 @@ def dispatch_batch(ex, n):
     with pool.lock:
         assert not pool.inflight, (where, len(pool.inflight))
         assert not pool.limbo, (where, pool.limbo)
+    os.close(rfd)
+    os.close(wfd)
 def batch(ex, n):
     if MODE in ("dispatch", "repair"):
         return dispatch_batch(ex, 3 * n)
@@ -1312,11 +1323,36 @@ def batch(ex, n):
         t.join(20)
     assert not any(t.is_alive() for t in waiters), f"a waiting thread was never woken (Ctrl-C at {where})"
     assert side == {"std": 0, "cf": 0}, (where, side)
+def plain_batch(ex, n):
+    # Calls nobody waits for, with no callback: the main thread's wait for the
+    # last one delivers the others' results on the way (their shorter path).
+    where = state["target"]
+    release = park_resolver(ex)
+    try:
+        plain = [ex.submit(hh.identity, i) for i in range(n)]
+        state["on"] = True
+        try:
+            plain[-1].result(timeout=20)
+        except KeyboardInterrupt:
+            pass
+        except TimeoutError:
+            raise AssertionError(f"a result was lost (Ctrl-C at {where})") from None
+        finally:
+            state["on"] = False
+    finally:
+        release.set()
+    done, not_done = cf.wait(plain, timeout=20)
+    assert not not_done, f"{len(not_done)} of {n} never resolved (Ctrl-C at {where})"
+    assert [f.result() for f in plain] == list(range(n)), where
+def any_batch(ex, n, attempt):
+    if MODE == "deliver" and attempt % 2:
+        return plain_batch(ex, n)
+    return batch(ex, n)
 def repair_targets():
     # Each step of the repair, reached from each step of dispatch in turn;
     # the second exception a Ctrl-C, then an ordinary one (a handler's of the
     # user's, which must reach the caller, not fail a call that was sent).
-    firsts = sorted(k for k in state["seen"] if k[0].endswith("dispatch_locked"))
+    firsts = sorted(k for k in state["seen"] if k[0] in {f.__qualname__ for f in DISPATCH})
     for kind, func in [(kind, func) for kind in ("ki", "handler") for func in REPAIR]:
         state["second"] = kind
         # (Offset 0 is the RESUME that PY_START, -1, stands for; a forced
@@ -1333,16 +1369,16 @@ def repair_targets():
                 missed.append(second)
             targets.append(second)
 with InterpreterPoolExecutor(2) as ex:
-    for _ in range(20):
-        batch(ex, 8)
+    for attempt in range(20):
+        any_batch(ex, 8, attempt)
     missed = []
     targets = [] if MODE == "repair" else sorted(state["seen"])
     if MODE == "repair":
         repair_targets()
     for target in targets if MODE != "repair" else ():
         state["target"], state["hit"] = target, False
-        for _ in range(20):
-            batch(ex, 8)
+        for attempt in range(20):
+            any_batch(ex, 8, attempt)
             if state["hit"]:
                 break
         else:
