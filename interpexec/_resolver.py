@@ -70,6 +70,7 @@ from ._state import LIVE_POOLS, WorkItem
 from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
+    RESULTS_TAKEN,
     decode,
 )
 from ._wakeup import close_free, notify, wait
@@ -163,7 +164,7 @@ class Resolver(Workers):
         message is always in the queue, in ``arrived`` or in ``inbox``, moved
         between them by single C-level calls, so none is lost; what a Ctrl-C
         leaves in ``arrived`` is moved on by the next call."""
-        qid, arrived, inbox = self.results.qid, self.arrived, self.inbox
+        qid, arrived, inbox, ctl = self.results.qid, self.arrived, self.inbox, self.ctl
         taken: list[int] = []  # (not read back from the inbox: other threads deliver from it)
         # Only this thread uses ``arrived`` (collect_lock), but a signal handler
         # (or a finalizer) that calls the pool can run a take nested in this one,
@@ -178,6 +179,11 @@ class Resolver(Workers):
                     pass
                 except QueueNotFoundError:  # a shutdown in a signal handler closed the pool meanwhile
                     return taken
+                finally:
+                    # (Lingering workers ask whether their result was taken only
+                    # when this changed: see _worker_main.  Changed after the
+                    # take, whatever cut it short.)
+                    ctl[RESULTS_TAKEN] += 1
             try:
                 taken += _copy_out(arrived)
             except IndexError:  # a nested take moved them on
@@ -915,6 +921,7 @@ class Resolver(Workers):
 
 
 _NOTHING = object()  # (a sentinel no message equals)
+_JUST_INT = {int}
 _RUNNING = _base.RUNNING
 _FINISHED = _base.FINISHED
 _PENDING = _base.PENDING
@@ -937,7 +944,10 @@ def _copy_out(arrived: deque[Any]) -> list[int]:
     its worker may destroy its interpreter (``take_results`` sees nothing to
     take), and a view released after that crashes 3.13.  (A bare task id, a
     task that returned None, stays as it is: see ``_handle``.)"""
-    tids: list[int] = []
+    tids: list[int] = list(arrived)
+    if set(map(type, tids)) == _JUST_INT:  # (a burst of calls that returned None: the copy, C-level)
+        return tids
+    tids = []
     for i in range(len(arrived)):
         msg: Any = arrived[i]
         if type(msg) is int:

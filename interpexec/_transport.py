@@ -240,6 +240,17 @@ class Channel:
 #   [WORKERS]                     the pool's worker count
 #   [PARK]                        1 while the pool asks every worker to leave its
 #                                 interpreter for a moment (around os.fork())
+#   [TASKS_PUT]                   tasks the dispatcher put, each counted before
+#                                 its put
+#   [USED_SEQ]                    the last stamp a worker took as it reported a
+#                                 result (workers write it: a tie only orders two
+#                                 workers arbitrarily)
+#   [RESULTS_TAKEN]               changes each time a thread of the main
+#                                 interpreter takes results off the queue: a
+#                                 worker lingering after its result asks the
+#                                 queue whether it was taken only when this
+#                                 changed (threads of the main interpreter
+#                                 write it, one whole step under its GIL)
 #   [ASLEEP + i]                  1 while worker i blocks on the task pipe
 #   [TASK_READ + i]               task wake-up bytes worker i has read
 #   [RESULT_WRITTEN + i]          result wake-up bytes worker i has written
@@ -285,7 +296,8 @@ PARK = 2
 WORKERS = 3  # the pool's max_workers (read by workers to size their idle spin)
 TASKS_PUT = 4  # tasks the dispatcher put (what a lingering worker watches)
 USED_SEQ = 5  # the last stamp a worker took as it reported a result (see ControlLayout.used_stamp)
-_FIXED = 6
+RESULTS_TAKEN = 6  # changes with each take of results in the main interpreter
+_FIXED = 7
 #: A call cell: a task's message, marshalled (its first item is the task id;
 #: marshal ignores what follows it, an older message's end).
 CELL_WORDS = 32

@@ -52,6 +52,7 @@ from ._transport import (
     COLLECTOR_ASLEEP,
     COLLECTOR_READ,
     PARK,
+    RESULTS_TAKEN,
     SAME_ARG_MIN,
     SKIP_WAKEUPS,
     TASKS_PUT,
@@ -536,21 +537,35 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
         slot = tid % nslots
         attached = wake_waiter(slot, tid)
         woke = attached is True
-        if attached is None and spin and not count(task_qid):
+        # (Whether a task may be queued, from the control block's counters
+        # where they are trusted (see SKIP_WAKEUPS): tasks put, each counted
+        # before its put, less tasks taken; a queue call takes the mutex of
+        # the queues' registry, which every interpreter's queue calls share,
+        # the main interpreter's puts and takes among them.)
+        if (
+            attached is None
+            and spin
+            and not (ctl[TASKS_PUT] > sum(ctl[taken_lo:taken_hi]) if SKIP_WAKEUPS else count(task_qid))
+        ):
             # Nobody waits for it yet, and no task waits for this worker: the
             # caller is usually a few microseconds from result().  Linger (bounded,
             # yielding) until it attaches or takes the result itself, rather than
             # wake the resolver to race it for the main GIL.  A new task, or the
             # end of the linger, ends it; then the resolver is woken as usual.
+            # (Whether it was taken: asked of the queue first, then again only
+            # once the main interpreter has taken results since.)
+            results_taken = -1
             for _ in range(spin):
-                if not count(result_qid):
-                    woke = True  # taken off the queue: whoever took it delivers it
-                    break
+                if ctl[RESULTS_TAKEN] != results_taken:
+                    results_taken = ctl[RESULTS_TAKEN]
+                    if not count(result_qid):
+                        woke = True  # taken off the queue: whoever took it delivers it
+                        break
                 attached = wake_waiter(slot, tid)
                 if attached is not None:
                     woke = attached
                     break
-                if count(task_qid):
+                if ctl[TASKS_PUT] > sum(ctl[taken_lo:taken_hi]) if SKIP_WAKEUPS else count(task_qid):
                     break
                 yield_cpu()
         if not woke and (
