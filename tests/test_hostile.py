@@ -1300,22 +1300,10 @@ def batch(ex, n):
         ]
         for t in waiters:
             t.start()
-        state["on"] = True
-        try:
-            for f in reversed(fs):
-                try:
-                    f.result(timeout=20)
-                except KeyboardInterrupt:
-                    pass
-                except TimeoutError:
-                    raise AssertionError(f"a result was lost (Ctrl-C at {where})") from None
-        finally:
-            state["on"] = False
+        wait_in_main(reversed(fs), where)
     finally:
         release.set()
-    done, not_done = cf.wait(fs, timeout=20)
-    assert not not_done, f"{len(not_done)} of {n} never resolved (Ctrl-C at {where})"
-    assert [f.result() for f in fs] == list(range(n)), where
+    check_resolved(fs, where)
     with counted:
         ran = counted.wait_for(lambda: len(calls) == n and all(c >= 2 for c in calls.values()), timeout=20)
         assert ran and all(c == 2 for c in calls.values()), (where, calls)
@@ -1323,6 +1311,23 @@ def batch(ex, n):
         t.join(20)
     assert not any(t.is_alive() for t in waiters), f"a waiting thread was never woken (Ctrl-C at {where})"
     assert side == {"std": 0, "cf": 0}, (where, side)
+def wait_in_main(fs, where):
+    # Ctrl-Cs on: the main thread waits for each of fs in turn.
+    state["on"] = True
+    try:
+        for f in fs:
+            try:
+                f.result(timeout=20)
+            except KeyboardInterrupt:
+                pass
+            except TimeoutError:
+                raise AssertionError(f"a result was lost (Ctrl-C at {where})") from None
+    finally:
+        state["on"] = False
+def check_resolved(fs, where):
+    done, not_done = cf.wait(fs, timeout=20)
+    assert not not_done, f"{len(not_done)} of {len(fs)} never resolved (Ctrl-C at {where})"
+    assert [f.result() for f in fs] == list(range(len(fs))), where
 def plain_batch(ex, n):
     # Calls nobody waits for, with no callback: the main thread's wait for the
     # last one delivers the others' results on the way (their shorter path).
@@ -1330,20 +1335,10 @@ def plain_batch(ex, n):
     release = park_resolver(ex)
     try:
         plain = [ex.submit(hh.identity, i) for i in range(n)]
-        state["on"] = True
-        try:
-            plain[-1].result(timeout=20)
-        except KeyboardInterrupt:
-            pass
-        except TimeoutError:
-            raise AssertionError(f"a result was lost (Ctrl-C at {where})") from None
-        finally:
-            state["on"] = False
+        wait_in_main(plain[-1:], where)
     finally:
         release.set()
-    done, not_done = cf.wait(plain, timeout=20)
-    assert not not_done, f"{len(not_done)} of {n} never resolved (Ctrl-C at {where})"
-    assert [f.result() for f in plain] == list(range(n)), where
+    check_resolved(plain, where)
 def any_batch(ex, n, attempt):
     if MODE == "deliver" and attempt % 2:
         return plain_batch(ex, n)
