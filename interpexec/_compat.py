@@ -18,8 +18,8 @@ and ``Modules/_interpqueuesmodule.c``):
   (``test.support.interpreters`` on 3.13, ``concurrent.interpreters`` on 3.14+),
   which the C module imports on first use; :func:`queue_get` returns a default
   instead.  In the main interpreter this module registers classes of its own
-  first (:func:`_register_queue_errors`: a signal handler inside that import
-  crashes CPython).
+  with its first queue (:func:`_register_queue_errors`: a signal handler
+  inside that import crashes CPython).
 
 This module is imported inside worker interpreters too, so it stays small and
 imports nothing heavy.
@@ -298,6 +298,9 @@ _QUEUE_WRAPPERS = (
 )
 
 
+_queue_errors_registered = False
+
+
 def _register_queue_errors():  # type: () -> None
     """Give ``_interpqueues`` its QueueEmpty and QueueFull classes in this
     interpreter before any get or put can need them.
@@ -310,9 +313,12 @@ def _register_queue_errors():  # type: () -> None
     queue emptied by another thread) finds the wrapper half imported, no class
     registered, and CPython crashes (SIGSEGV in ``PyObject_CallOneArg`` on a
     NULL type; 3.13.0, 3.13.18, 3.14.10 and 3.15.2; no upstream issue found;
-    reproducer in tests/test_compat.py).  Registering our own classes here
-    leaves no such import to interrupt, and costs nothing, where importing the
-    wrapper costs 27 ms on 3.13 (it loads unittest) and 1.4 to 3.7 ms on 3.14+.
+    reproducer in tests/test_crashes.py).  Registering our own classes, with
+    the first queue interpexec creates in the main interpreter (every get and
+    put of interpexec's is on such a queue), leaves no such import to
+    interrupt, and costs importing ``queue`` (0.5 ms; the wrapper's QueueFull
+    is a ``queue.Full``), where importing the wrapper costs 27 ms on 3.13 (it
+    loads unittest) and 1.4 to 3.7 ms on 3.14+.
 
     The C module lets a wrapper register its classes again (it does so when
     reloaded): a program that imports the wrapper later gets the wrapper's own
@@ -321,12 +327,17 @@ def _register_queue_errors():  # type: () -> None
     registration is its body's last line, so a wrapper imported meanwhile by
     another thread still registers after these.  Until then a raw
     ``_interpqueues`` get from an empty queue raises this QueueEmpty, a
-    ``queue.Empty`` as the wrapper's is."""
+    ``queue.Empty``, and a put into a full one this QueueFull, a
+    ``queue.Full``, as the wrapper's are."""
+    global _queue_errors_registered
+    _queue_errors_registered = True  # (first: tried once, whatever happens)
     if any(name in sys.modules for name in _QUEUE_WRAPPERS):
         return
+    import queue
+
     base = _interpqueues.QueueError
-    empty = type("QueueEmpty", (base, _queue.Empty), {"__module__": __name__})
-    full = type("QueueFull", (base,), {"__module__": __name__})
+    empty = type("QueueEmpty", (base, queue.Empty), {"__module__": __name__})
+    full = type("QueueFull", (base, queue.Full), {"__module__": __name__})
     # (The wrapper's Queue class too, which the C module makes shareable; no
     # instance of this one exists, so none is ever shared.)
     queue_type = type("Queue", (), {"__module__": __name__, "__slots__": ()})
@@ -425,6 +436,8 @@ def run_string(interp_id, source, shared=None):  # type: (int, str | CodeType, d
 if sys.version_info < (3, 14):
 
     def queue_create(maxsize=0):  # type: (int) -> int
+        if not _queue_errors_registered and _IN_MAIN_INTERPRETER:  # (signal handlers run only there)
+            _register_queue_errors()
         qid = int(_interpqueues.create(maxsize, 0, _UNBOUND_REMOVE))
         _interpqueues.bind(qid)
         return qid
@@ -436,6 +449,8 @@ if sys.version_info < (3, 14):
 else:
 
     def queue_create(maxsize=0):  # type: (int) -> int
+        if not _queue_errors_registered and _IN_MAIN_INTERPRETER:  # (signal handlers run only there)
+            _register_queue_errors()
         qid = int(_interpqueues.create(maxsize, _UNBOUND_REMOVE, -1))
         _interpqueues.bind(qid)
         return qid
@@ -708,8 +723,6 @@ if TYPE_CHECKING:  # (bound below; not annotations: on 3.14+ they compile to a m
     set_signal_wakeup_fd = None  # type: Any
 if _IN_MAIN_INTERPRETER or __package__ + "._worker_main" not in sys.modules:
     _bind_main_side(globals())
-if _IN_MAIN_INTERPRETER:  # (signal handlers run only there)
-    _register_queue_errors()
 
 
 #: ``release_all(lock)``: release an RLock the calling thread holds, however

@@ -12,8 +12,9 @@ crashes without the mitigation, in fresh processes, often enough to have seen it
 | (none found)            | all     | a signal handler gets from an empty queue   | the main interpreter gives    |
 |                         |         | while the main thread imports the stdlib    | _interpqueues its own         |
 |                         |         | queue wrapper (the C module imports it on   | QueueEmpty/QueueFull classes  |
-|                         |         | the first empty get, as in a pool's take of | at import (the wrapper, when  |
-|                         |         | results emptied by another thread)          | imported, replaces them)      |
+|                         |         | the first empty get, as in a pool's take of | with interpexec's first queue |
+|                         |         | results emptied by another thread)          | (the wrapper, when imported,  |
+|                         |         |                                             | replaces them)                |
 
 Without the mitigation, 14 of 20 runs of the first pattern crashed (SIGABRT,
 "double free or corruption") on CPython 3.13.0 here; the test runs it 12 times.
@@ -164,12 +165,19 @@ QUEUE_ERRORS_SCRIPT = textwrap.dedent(
 
     signal.signal(signal.SIGUSR1, handler)
     # An empty get in the main interpreter now imports nothing: no Python code
-    # runs inside it for a handler to land in.
+    # runs inside it for a handler to land in.  Nor does a put into a full
+    # queue, whose error is a queue.Full, as the wrapper's.
     try:
         get(qid)
     except queue.Empty:
         pass
-    assert WRAPPER not in sys.modules, "an empty get imported the wrapper"
+    full = _compat.queue_create(1)
+    _compat.queue_put(full, 1)
+    try:
+        _compat.queue_put(full, 2)
+    except queue.Full:
+        pass
+    assert WRAPPER not in sys.modules, "an empty get or a full put imported the wrapper"
 
     # The program's own import of the wrapper, with a handler's empty get landing
     # inside it (after the module is in sys.modules, before its classes are
