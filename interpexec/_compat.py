@@ -331,8 +331,6 @@ def _register_queue_errors():  # type: () -> None
     ``queue.Full``, as the wrapper's are."""
     global _queue_errors_registered
     _queue_errors_registered = True  # (first: tried once, whatever happens)
-    if any(name in sys.modules for name in _QUEUE_WRAPPERS):
-        return
     import queue
 
     base = _interpqueues.QueueError
@@ -341,7 +339,15 @@ def _register_queue_errors():  # type: () -> None
     # (The wrapper's Queue class too, which the C module makes shareable; no
     # instance of this one exists, so none is ever shared.)
     queue_type = type("Queue", (), {"__module__": __name__, "__slots__": ()})
-    _interpqueues._register_heap_types(queue_type, empty, full)  # type: ignore[attr-defined]
+    register, modules = _interpqueues._register_heap_types, sys.modules  # type: ignore[attr-defined]
+    # From the test to the registration, no call: no other thread runs in
+    # between (the GIL changes hands only where a signal handler could run),
+    # so a wrapper imported by another thread either is in sys.modules here,
+    # or registers its classes after these.  (Tested after the classes are
+    # made: a look first and a registration after those calls let a whole
+    # import of the wrapper in between, whose classes these then replaced.)
+    if _QUEUE_WRAPPERS[0] not in modules and _QUEUE_WRAPPERS[-1] not in modules:
+        register(queue_type, empty, full)
 
 
 #: Interpreters are created and destroyed one at a time in the process: CPython
@@ -557,10 +563,11 @@ def queue_put_nowait(qid, obj):  # type: (int, Any) -> bool
     try:
         queue_put(qid, obj)
     except Exception as exc:
-        # Full since the check (another putter): the C module raises its stdlib
-        # wrapper's QueueFull (a queue.Full; the wrapper imported queue), or, where
-        # it cannot import that wrapper (3.13 without the test package), another
-        # error, told apart by the state.  Anything else (the queue is gone) raises.
+        # Full since the check (another putter): the C module raises its
+        # QueueFull (a queue.Full: this module's, see _register_queue_errors, or
+        # its stdlib wrapper's), or, in a worker where it cannot import that
+        # wrapper (3.13 without the test package), another error, told apart by
+        # the state.  Anything else (the queue is gone) raises.
         import queue
 
         if isinstance(exc, queue.Full) or _interpqueues.is_full(qid):

@@ -51,16 +51,17 @@ class Dispatcher(PoolState):
         if self.active < self.wanted or not self.started:
             self.start_locked()
         item = WorkItem(fut, msg, args)
-        if (
-            self.pending
-            or len(self.inflight) >= self.window
-            or self.closed
-            or self.shutdown_flag
-            or self.drained
-            or self.limbo
-            or self.repair_failed
-        ):
-            self.pending.append(item)
+        room = len(self.inflight) < self.window
+        # From the test below until the item is in ``pending`` or
+        # ``dispatching``, no call: no signal handler runs in between.  One
+        # that ran before (at this method's start, or after a call above) and
+        # shut the pool down found nothing of this call anywhere, so sent the
+        # STOPs: queued behind them it would never run, its future running for
+        # ever.  It is refused instead, as a submit after shutdown() is.
+        if self.shutdown_flag or self.broken is not None:
+            self.check_usable_locked()
+        if self.pending or not room or self.closed or self.drained or self.limbo or self.repair_failed:
+            self.pending.append(item)  # (the item is in it when a handler can next run)
             return self.dispatch_locked()
         failed: list[tuple[WorkItem, BaseException]] = []
         outer = self.dispatching  # (a dispatch this one interrupted, from a signal handler)

@@ -325,9 +325,12 @@ class Resolver(Workers):
                             cond.release()
                         raise
                     if fut._state == _FINISHED:
-                        unsettled.pop(tid, None)
+                        # (The waiter woken before the task leaves ``unsettled``:
+                        # a Ctrl-C in between leaves it to a redelivery, which
+                        # wakes it again, where one after the pop lost it.)
                         if item.waiter_fd and item.waiter_thread != threading.get_ident():
                             notify(item.waiter_fd - 1)
+                        unsettled.pop(tid, None)
                         held.clear()
                         continue
                 try:
@@ -408,9 +411,13 @@ class Resolver(Workers):
                     self._settle(fut, kind, outcome)
         finally:
             if fut._state not in WAITABLE:
-                self.unsettled.pop(tid, None)
+                # (Woken first, then out of ``unsettled``: cut in between, a
+                # redelivery finds the task there and wakes the waiter again;
+                # the other order lost the wake-up, the thread in result()
+                # asleep for good.)
                 if item.waiter_fd and item.waiter_thread != threading.get_ident():
                     notify(item.waiter_fd - 1)
+                self.unsettled.pop(tid, None)
 
     def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:
         """Fail futures that could not be dispatched or run (no pool lock held:

@@ -2102,3 +2102,177 @@ def test_a_futures_condition_offers_what_threading_condition_does():
         cond.release()
         with pytest.warns(DeprecationWarning):
             cond.notifyAll()
+
+
+# A Ctrl-C in the main thread right after it delivered a result and took the
+# task out of ``unsettled``, before it woke the thread blocked in that
+# future's result() on its own pipe (which looked for the result while the
+# main thread held it, and went back to sleep): the redelivery found the task
+# gone, and that thread slept for good (found by review53; the same gap in
+# _handle's finally was older).  The waiter is now woken before the task
+# leaves ``unsettled``.  (sys.monitoring holds the other thread back only
+# until the main thread holds the result, as a busy machine does by itself.)
+LOST_WAKEUP_SCRIPT = """
+import os, signal, sys, threading, time
+from interpexec import InterpreterPoolExecutor
+from interpexec._resolver import Resolver
+from interpexec._waiting import Watch
+from tests import hostile_helpers as hh
+MODE = sys.argv[1]
+MAIN = threading.get_ident()
+DELIVER, HANDLE, CHECK = Resolver._deliver_in_main.__code__, Resolver._handle.__code__, Watch.check.__code__
+if MODE == "inline":
+    PAUSE_CODE, PAUSE_AT = DELIVER, hh.offset_after_call(Resolver._deliver_in_main, "get")
+    KI_CODE = DELIVER
+else:
+    PAUSE_CODE, PAUSE_AT = HANDLE, -1
+    KI_CODE = HANDLE
+KI_AFTER = {hh.offset_after_call(f, name) for f in (Resolver._deliver_in_main, Resolver._handle)
+            for name in ("pop", "notify") if f.__code__ is KI_CODE}
+st = {"tid": None, "paused": False, "ki": 0, "t": None}
+main_has_f, t_checked = threading.Event(), threading.Event()
+def at(code, offset):
+    me = threading.get_ident()
+    if st["tid"] is None:
+        return
+    if me == MAIN:
+        if code is PAUSE_CODE and offset == PAUSE_AT and not st["paused"]:
+            loc = sys._getframe(2 if offset == -1 else 1).f_locals
+            msg = loc.get("msg")
+            tid = msg if type(msg) is int else (msg[0] if msg else None)
+            if tid == st["tid"]:
+                st["paused"] = True
+                main_has_f.set()
+                assert t_checked.wait(10), "the other thread never looked"
+        elif code is KI_CODE and offset in KI_AFTER and st["paused"] and not st["ki"]:
+            st["ki"] = offset
+            signal.default_int_handler(signal.SIGINT, None)
+    elif me == st["t"] and code is CHECK and offset == -1 and not main_has_f.is_set():
+        main_has_f.wait(10)
+def on_return(code, offset, retval):
+    if threading.get_ident() == st["t"] and code is CHECK and main_has_f.is_set() and retval is False:
+        t_checked.set()
+TOOL = sys.monitoring.PROFILER_ID
+sys.monitoring.use_tool_id(TOOL, "lost wake-up test")
+E = sys.monitoring.events
+sys.monitoring.register_callback(TOOL, E.INSTRUCTION, at)
+sys.monitoring.register_callback(TOOL, E.PY_START, lambda code, off: at(code, -1))
+sys.monitoring.register_callback(TOOL, E.PY_RETURN, on_return)
+for code in (DELIVER, HANDLE):
+    sys.monitoring.set_local_events(TOOL, code, E.INSTRUCTION | E.PY_START)
+sys.monitoring.set_local_events(TOOL, CHECK, E.PY_START | E.PY_RETURN)
+ex = InterpreterPoolExecutor(1)
+ex.submit(hh.identity, 0).result()
+parked, release = threading.Event(), threading.Event()
+ex.submit(hh.identity, None).add_done_callback(lambda f: (parked.set(), release.wait()))
+assert parked.wait(20)  # (the resolver parked: the main thread delivers)
+rfd, wfd = os.pipe()
+F = ex.submit(hh.block_on_fd, rfd)
+G = ex.submit(hh.identity, 1)
+if MODE == "general":
+    F.add_done_callback(lambda f: None)
+out = {}
+def t_main():
+    st["t"] = threading.get_ident()
+    out["r"] = F.result()  # no timeout, as a user would
+T = threading.Thread(target=t_main, daemon=True)
+T.start()
+item = ex._pool.inflight[F._ie_tid]
+deadline = time.monotonic() + 20
+while not item.waiter_fd:  # (a state of the pool: the other thread registered its pipe)
+    assert time.monotonic() < deadline, "the other thread never registered its wait"
+    time.sleep(0.0005)
+st["tid"] = F._ie_tid
+os.write(wfd, b"x")  # F ends; the main thread takes F's and G's results
+try:
+    G.result(timeout=10)
+except KeyboardInterrupt:
+    pass
+release.set()
+T.join(15)
+assert st["ki"], "the Ctrl-C did not land where it was meant to"
+assert not T.is_alive(), "F is done but the thread in F.result() was never woken"
+assert out["r"] == b"x", out
+ex.shutdown()
+print("ok")
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("path", ["inline", "general"])
+def test_a_ctrl_c_after_a_delivery_still_wakes_the_thread_waiting_for_it(path):
+    p = _run_script(LOST_WAKEUP_SCRIPT, path, timeout=100)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", (p.stdout[-2000:], p.stderr[-3000:])
+
+
+# A signal handler that shuts the pool down at the start of enqueue_locked (or
+# after a call there), once submit() had found the pool usable but before its
+# call was anywhere the shutdown looks: the shutdown sent the STOPs, the call
+# was queued behind them, and its future stayed RUNNING for ever while
+# shutdown(wait=True) returned (review53; older than the direct send, which
+# added one more such point).  The call is now refused, as a submit after
+# shutdown() is.
+ENQUEUE_SHUTDOWN_SCRIPT = """
+import dis, os, sys, tempfile, threading
+from concurrent.futures import CancelledError
+from interpexec import InterpreterPoolExecutor
+from interpexec._dispatch import Dispatcher
+from tests import hostile_helpers as hh
+ACTION = sys.argv[1]
+CODE = Dispatcher.enqueue_locked.__code__
+ins = list(dis.get_instructions(CODE))
+POINTS = [-1] + [ins[i + 1].offset for i, x in enumerate(ins[:-1])
+                 if x.opname.startswith("CALL") and not x.opname.startswith("CALL_INTRINSIC")]
+MAIN = threading.get_ident()
+st = {"at": None, "hit": False, "ex": None}
+def at(code, offset):
+    if threading.get_ident() != MAIN or st["hit"] or offset != st["at"]:
+        return
+    st["hit"] = True
+    if ACTION == "terminate":
+        st["ex"].terminate_workers()
+    else:
+        st["ex"].shutdown(wait=False, cancel_futures=ACTION == "cancel")
+TOOL = sys.monitoring.PROFILER_ID
+sys.monitoring.use_tool_id(TOOL, "enqueue shutdown test")
+sys.monitoring.register_callback(TOOL, sys.monitoring.events.INSTRUCTION, at)
+sys.monitoring.register_callback(TOOL, sys.monitoring.events.PY_START, lambda code, off: at(code, -1))
+sys.monitoring.set_local_events(TOOL, CODE, sys.monitoring.events.INSTRUCTION | sys.monitoring.events.PY_START)
+hits = 0
+for point in POINTS:
+    path = tempfile.mktemp(prefix="ie-enqueue-")
+    ex = InterpreterPoolExecutor(1)
+    ex.submit(hh.identity, 0).result()
+    st.update(at=point, hit=False, ex=ex)
+    try:
+        x = ex.submit(hh.record, path, 777)
+    except RuntimeError:
+        x = None
+    st["at"] = None
+    hits += st["hit"]
+    ex.shutdown(wait=True)
+    ran = open(path).read().split().count("777") if os.path.exists(path) else 0
+    if x is None:
+        assert ran == 0, (point, "refused, yet it ran")
+    else:
+        try:
+            got = x.result(timeout=20)
+        except CancelledError:
+            got = "cancelled"
+        except TimeoutError:
+            raise AssertionError(f"handler at {point}: the call's future stayed {x._state}") from None
+        # (terminate_workers() stops a call already running: cancelled, and it
+        # may have run by then.)
+        assert got == 777 and ran == 1 or got == "cancelled" and (ran == 0 or ACTION == "terminate"), (point, got, ran)
+    if os.path.exists(path):
+        os.unlink(path)
+assert hits >= 3, hits
+print("ok", hits)
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("action", ["shutdown", "cancel", "terminate"])
+def test_a_handler_shutting_the_pool_down_inside_submit_leaves_no_call_stranded(action):
+    p = _run_script(ENQUEUE_SHUTDOWN_SCRIPT, action, timeout=230)
+    assert p.returncode == 0 and p.stdout.startswith("ok"), (p.stdout[-2000:], p.stderr[-3000:])
