@@ -439,31 +439,24 @@ def run_string(interp_id, source, shared=None):  # type: (int, str | CodeType, d
     return ExecFailure(type_name, message, str(text) if text else repr(excinfo))
 
 
+#: What ``_interpqueues.create`` takes after the maxsize, and ``put`` after the
+#: queue and the object (the same on each version): on 3.13 the format (0:
+#: shareable objects only) and the unbound-item operation; on 3.14+ the
+#: unbound-item operation and the fallback (-1: the default; interpexec never
+#: puts what would need it).
 if sys.version_info < (3, 14):
-
-    def queue_create(maxsize=0):  # type: (int) -> int
-        if not _queue_errors_registered and _IN_MAIN_INTERPRETER:  # (signal handlers run only there)
-            _register_queue_errors()
-        qid = int(_interpqueues.create(maxsize, 0, _UNBOUND_REMOVE))
-        _interpqueues.bind(qid)
-        return qid
-
-    #: What ``_interpqueues.put`` takes after the queue and the object: the
-    #: format (0: shareable objects only) and the unbound-item operation.
-    QUEUE_PUT_A, QUEUE_PUT_B = 0, _UNBOUND_REMOVE  # type: int, int
-
+    QUEUE_PUT_A, QUEUE_PUT_B = 0, _UNBOUND_REMOVE  # type: Any, Any  # (the stubs want literals per version)
 else:
+    QUEUE_PUT_A, QUEUE_PUT_B = _UNBOUND_REMOVE, -1
 
-    def queue_create(maxsize=0):  # type: (int) -> int
-        if not _queue_errors_registered and _IN_MAIN_INTERPRETER:  # (signal handlers run only there)
-            _register_queue_errors()
-        qid = int(_interpqueues.create(maxsize, _UNBOUND_REMOVE, -1))
-        _interpqueues.bind(qid)
-        return qid
 
-    #: The unbound-item operation, and the fallback (-1: the queue's own, as
-    #: created; interpexec never puts what would need it).
-    QUEUE_PUT_A, QUEUE_PUT_B = _UNBOUND_REMOVE, -1  # type: int, int
+def queue_create(maxsize=0):  # type: (int) -> int
+    if not _queue_errors_registered and _IN_MAIN_INTERPRETER:  # (signal handlers run only there)
+        _register_queue_errors()
+    qid = int(_interpqueues.create(maxsize, QUEUE_PUT_A, QUEUE_PUT_B))
+    _interpqueues.bind(qid)
+    return qid
+
 
 #: ``queue_put(qid, obj)`` as ``QUEUE_PUT(qid, obj, QUEUE_PUT_A, QUEUE_PUT_B)``: a C
 #: call, with no Python frame in which a Ctrl-C could land first.  (Four
