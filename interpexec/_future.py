@@ -227,12 +227,7 @@ class PoolFuture(Future[T]):
     def _settle(self, result: Any, exception: BaseException | None, failed: bool, by_pool: bool) -> None:
         if not failed:
             with self._condition:
-                if (
-                    self._state == _RUNNING
-                    and not self._waiters
-                    and not self._done_callbacks
-                    and not self._condition._waiters  # type: ignore[attr-defined]
-                ):
+                if self._unwatched_running():
                     # Nobody to wake and no callback to run (most futures of a
                     # burst): the state change is all there is.  A Ctrl-C between
                     # these two stores leaves the message to be handled again
@@ -241,6 +236,34 @@ class PoolFuture(Future[T]):
                     self._state = _FINISHED
                     return
         self._finish(result, exception, failed, by_pool)
+
+    def _unwatched_running(self) -> bool:
+        """Running, and nobody to wake nor callback to run when it finishes
+        (under its lock)."""
+        return (
+            self._state == _RUNNING and not self._waiters and not self._done_callbacks and not self._condition._waiters  # type: ignore[attr-defined]
+        )
+
+    def settle_unwatched(self, result: Any) -> bool:
+        """:meth:`settle_result` for the main thread's common case, without
+        waiting: True if the future was running with nobody to wake and no
+        callback, and is now finished with ``result``; False (nothing done) if
+        its lock is taken or there is more to do.  The lock is only tried, and
+        released in the except should a Ctrl-C land right after it is taken."""
+        cond = self._condition
+        level = lock_level(cond)
+        try:
+            if not cond.acquire(False):
+                return False
+            if self._unwatched_running():
+                self._result = result
+                self._state = _FINISHED
+            cond.release()
+        except BaseException:
+            while lock_level(cond) > level:
+                cond.release()
+            raise
+        return self._state == _FINISHED
 
     def _finish(self, result: Any, exception: BaseException | None, failed: bool, by_pool: bool) -> None:
         """Future.set_result/set_exception.  In the main thread (which delivers

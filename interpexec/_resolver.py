@@ -291,13 +291,10 @@ class Resolver(Workers):
                     msg = held[0]
                 except IndexError:  # a nested delivery (a signal handler in this thread) handled it
                     continue
-                # The common case first, inline (most results of a burst): a
-                # native value (a bare id: None) for a task already out of the
-                # window, whose future nobody waits for and has no callback:
-                # the state change is all there is (as in PoolFuture._settle).
-                # The future's lock is only tried, never waited for, and
-                # released in the except should a Ctrl-C land right after it
-                # is taken; anything else goes the general way (_handle).
+                # The common case first, with no _handle (most results of a
+                # burst): a native value (a bare id: None) for a task already
+                # out of the window, whose future nobody waits for and has no
+                # callback; anything else goes the general way.
                 if type(msg) is int:
                     tid, value = msg, None
                 elif msg[1] == VALUE:
@@ -305,34 +302,10 @@ class Resolver(Workers):
                 else:
                     tid = 0
                 item = unsettled.get(tid) if tid else None
-                if item is not None and tid not in inflight:
-                    fut = item.future
-                    cond = fut._condition
-                    level = lock_level(cond)
-                    try:
-                        if cond.acquire(False):
-                            if (
-                                fut._state == _RUNNING
-                                and not fut._waiters
-                                and not fut._done_callbacks
-                                and not cond._waiters  # type: ignore[attr-defined]
-                            ):
-                                fut._result = value
-                                fut._state = _FINISHED
-                            cond.release()
-                    except BaseException:
-                        while lock_level(cond) > level:
-                            cond.release()
-                        raise
-                    if fut._state == _FINISHED:
-                        # (The waiter woken before the task leaves ``unsettled``:
-                        # a Ctrl-C in between leaves it to a redelivery, which
-                        # wakes it again, where one after the pop lost it.)
-                        if item.waiter_fd and item.waiter_thread != threading.get_ident():
-                            notify(item.waiter_fd - 1)
-                        unsettled.pop(tid, None)
-                        held.clear()
-                        continue
+                if item is not None and tid not in inflight and item.future.settle_unwatched(value):
+                    self._settled(tid, item)
+                    held.clear()
+                    continue
                 try:
                     self._handle(msg)
                 except BaseException:  # user code or a Ctrl-C: the rest first
@@ -411,13 +384,17 @@ class Resolver(Workers):
                     self._settle(fut, kind, outcome)
         finally:
             if fut._state not in WAITABLE:
-                # (Woken first, then out of ``unsettled``: cut in between, a
-                # redelivery finds the task there and wakes the waiter again;
-                # the other order lost the wake-up, the thread in result()
-                # asleep for good.)
-                if item.waiter_fd and item.waiter_thread != threading.get_ident():
-                    notify(item.waiter_fd - 1)
-                self.unsettled.pop(tid, None)
+                self._settled(tid, item)
+
+    def _settled(self, tid: int, item: WorkItem) -> None:
+        """Task ``tid``'s future is done: wake the thread registered in its
+        ``result()`` (if another), then let the task leave ``unsettled``.  In
+        that order: cut in between, a redelivery finds the task there and
+        wakes the waiter again; the other order lost the wake-up, the thread
+        in result() asleep for good."""
+        if item.waiter_fd and item.waiter_thread != threading.get_ident():
+            notify(item.waiter_fd - 1)
+        self.unsettled.pop(tid, None)
 
     def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:
         """Fail futures that could not be dispatched or run (no pool lock held:
@@ -930,7 +907,6 @@ class Resolver(Workers):
 _NOTHING = object()  # (a sentinel no message equals)
 _JUST_INT = {int}
 _RUNNING = _base.RUNNING
-_FINISHED = _base.FINISHED
 _PENDING = _base.PENDING
 _InvalidStateError = _base.InvalidStateError
 

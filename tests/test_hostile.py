@@ -1155,6 +1155,7 @@ elif MODE == "repair":
     FUNCS = DISPATCH + REPAIR
 else:
     FUNCS = [Resolver.collect, Resolver._deliver, Resolver._deliver_in_main, Resolver._handle,
+             Resolver._settled, PoolFuture.settle_unwatched,
              Resolver._outcome, PoolFuture._settle, PoolFuture._finish, Resolver.run_callbacks_later,
              FutureCondition.notify_all,
              FutureCondition.notify, Waiting.wait_for, Waiting._wait_done, Watch.check, Watch.close,
@@ -2123,12 +2124,11 @@ MAIN = threading.get_ident()
 DELIVER, HANDLE, CHECK = Resolver._deliver_in_main.__code__, Resolver._handle.__code__, Watch.check.__code__
 if MODE == "inline":
     PAUSE_CODE, PAUSE_AT = DELIVER, hh.offset_after_call(Resolver._deliver_in_main, "get")
-    KI_CODE = DELIVER
 else:
     PAUSE_CODE, PAUSE_AT = HANDLE, -1
-    KI_CODE = HANDLE
-KI_AFTER = {hh.offset_after_call(f, name) for f in (Resolver._deliver_in_main, Resolver._handle)
-            for name in ("pop", "notify") if f.__code__ is KI_CODE}
+# (Where both paths end: the waiter's wake-up, and the task's leaving unsettled.)
+KI_CODE = Resolver._settled.__code__
+KI_AFTER = {hh.offset_after_call(Resolver._settled, name) for name in ("notify", "pop")}
 st = {"tid": None, "paused": False, "ki": 0, "t": None}
 main_has_f, t_checked = threading.Event(), threading.Event()
 def at(code, offset):
@@ -2158,7 +2158,7 @@ E = sys.monitoring.events
 sys.monitoring.register_callback(TOOL, E.INSTRUCTION, at)
 sys.monitoring.register_callback(TOOL, E.PY_START, lambda code, off: at(code, -1))
 sys.monitoring.register_callback(TOOL, E.PY_RETURN, on_return)
-for code in (DELIVER, HANDLE):
+for code in (DELIVER, HANDLE, KI_CODE):
     sys.monitoring.set_local_events(TOOL, code, E.INSTRUCTION | E.PY_START)
 sys.monitoring.set_local_events(TOOL, CHECK, E.PY_START | E.PY_RETURN)
 ex = InterpreterPoolExecutor(1)
