@@ -368,6 +368,16 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
 
     cells_at, cell_mask, cell_bytes, loads = 8 * layout.cells, layout.ncells - 1, ctl.cast("B"), marshal.loads
 
+    def task_may_wait():  # type: () -> bool
+        """Whether a task may be queued: from the control block's counters
+        where they are trusted (see SKIP_WAKEUPS), tasks put (each counted
+        before its put) less tasks taken, never fewer than are queued; else
+        from the queue, whose every call takes the mutex of the queues'
+        registry, which all interpreters' queue calls share."""
+        if SKIP_WAKEUPS:
+            return bool(ctl[TASKS_PUT] > sum(ctl[taken_lo:taken_hi]))
+        return bool(count(task_qid))
+
     def take_own():  # type: () -> bool
         """Read a wake-up from this worker's own pipe, if one is there
         (counted after the read: until then the dispatcher counts it as on
@@ -537,16 +547,7 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
         slot = tid % nslots
         attached = wake_waiter(slot, tid)
         woke = attached is True
-        # (Whether a task may be queued, from the control block's counters
-        # where they are trusted (see SKIP_WAKEUPS): tasks put, each counted
-        # before its put, less tasks taken; a queue call takes the mutex of
-        # the queues' registry, which every interpreter's queue calls share,
-        # the main interpreter's puts and takes among them.)
-        if (
-            attached is None
-            and spin
-            and not (ctl[TASKS_PUT] > sum(ctl[taken_lo:taken_hi]) if SKIP_WAKEUPS else count(task_qid))
-        ):
+        if attached is None and spin and not task_may_wait():
             # Nobody waits for it yet, and no task waits for this worker: the
             # caller is usually a few microseconds from result().  Linger (bounded,
             # yielding) until it attaches or takes the result itself, rather than
@@ -565,7 +566,7 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
                 if attached is not None:
                     woke = attached
                     break
-                if ctl[TASKS_PUT] > sum(ctl[taken_lo:taken_hi]) if SKIP_WAKEUPS else count(task_qid):
+                if task_may_wait():
                     break
                 yield_cpu()
         if not woke and (
