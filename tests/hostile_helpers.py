@@ -229,6 +229,20 @@ def offset_after_call(func, name):
     raise LookupError(f"{func.__qualname__} does not call {name}")
 
 
+def signal_points(code):
+    """The offsets in ``code`` where CPython runs signal handlers: after a call
+    returns, at a function's start and at a loop's backward jump (the eval
+    breaker's checks)."""
+    import dis
+
+    points, after_call = set(), False
+    for ins in dis.get_instructions(code):
+        if after_call or ins.opname in ("RESUME", "JUMP_BACKWARD"):
+            points.add(ins.offset)
+        after_call = ins.opname.startswith("CALL") and not ins.opname.startswith("CALL_INTRINSIC")
+    return points
+
+
 def park_resolver_and_fill_window(ex):
     """Park ``ex``'s resolver in a done-callback (so that the calling thread
     takes every result, and its collect dispatches what is queued once the

@@ -1131,7 +1131,7 @@ def test_sigint_into_result_then_everything_still_resolves():
 # callback, interrupts user code, and the future's later callbacks are skipped,
 # as when a callback raises KeyboardInterrupt).
 STEP_SCRIPT = """
-import concurrent.futures as cf, dis, os, signal, sys, threading
+import concurrent.futures as cf, os, signal, sys, threading
 from concurrent.futures import Future
 from interpexec import InterpreterPoolExecutor
 from interpexec._condition import FutureCondition
@@ -1160,16 +1160,7 @@ else:
              FutureCondition.notify_all,
              FutureCondition.notify, Waiting.wait_for, Waiting._wait_done, Watch.check, Watch.close,
              Waiting.detach_waiter, PoolFuture.result]
-def signal_points(code):
-    # Where CPython runs signal handlers: after a call returns, at a function's
-    # start and at a loop's backward jump (the eval breaker's checks).
-    points, after_call = set(), False
-    for ins in dis.get_instructions(code):
-        if after_call or ins.opname in ("RESUME", "JUMP_BACKWARD"):
-            points.add(ins.offset)
-        after_call = ins.opname.startswith("CALL") and not ins.opname.startswith("CALL_INTRINSIC")
-    return points
-POINTS = {func.__code__: signal_points(func.__code__) for func in FUNCS}
+POINTS = {func.__code__: hh.signal_points(func.__code__) for func in FUNCS}
 MAIN = threading.get_ident()
 state = {"target": None, "seen": set(), "hit": False, "on": False, "first": False, "second": "ki"}
 class HandlerError(Exception):
@@ -2213,16 +2204,15 @@ def test_a_ctrl_c_after_a_delivery_still_wakes_the_thread_waiting_for_it(path):
 # added one more such point).  The call is now refused, as a submit after
 # shutdown() is.
 ENQUEUE_SHUTDOWN_SCRIPT = """
-import dis, os, sys, tempfile, threading
+import os, sys, tempfile, threading
 from concurrent.futures import CancelledError
 from interpexec import InterpreterPoolExecutor
 from interpexec._dispatch import Dispatcher
 from tests import hostile_helpers as hh
 ACTION = sys.argv[1]
 CODE = Dispatcher.enqueue_locked.__code__
-ins = list(dis.get_instructions(CODE))
-POINTS = [-1] + [ins[i + 1].offset for i, x in enumerate(ins[:-1])
-                 if x.opname.startswith("CALL") and not x.opname.startswith("CALL_INTRINSIC")]
+# (Its start is -1, PY_START: the RESUME at offset 0 emits no INSTRUCTION event.)
+POINTS = [-1] + sorted(hh.signal_points(CODE) - {0})
 MAIN = threading.get_ident()
 st = {"at": None, "hit": False, "ex": None}
 def at(code, offset):
