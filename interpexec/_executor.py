@@ -160,6 +160,14 @@ class InterpreterPoolExecutor(Executor):
         return self._max_workers
 
     @property
+    def _broken(self) -> str | bool:
+        """False while the pool works, and why it broke (a non-empty ``str``) once
+        it has: the attribute ThreadPoolExecutor and ProcessPoolExecutor both
+        keep, which test suites and libraries read (CPython's own
+        test_concurrent_futures waits on it)."""
+        return self._pool.broken or False
+
+    @property
     def usable(self) -> bool:
         """True while :meth:`submit` accepts work: not shut down and not broken."""
         pool = self._pool

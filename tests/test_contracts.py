@@ -175,8 +175,24 @@ def test_failing_initializer_fails_every_pending_future_and_later_submits():
         _assert_broken_by_initializer(info.value, message)
         with pytest.raises(BrokenInterpreterPool):
             ex.map(helpers.square, range(3))
+        # The standard executors' private ``_broken``, which test suites read
+        # (CPython's test_concurrent_futures waits on it): the reason, a str.
+        assert isinstance(ex._broken, str) and BROKEN_BY_INITIALIZER in ex._broken
+        assert ex._broken == str(info.value)
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.timeout(60)
+def test_a_working_pool_is_not_broken_as_the_standard_executors_say_it():
+    with InterpreterPoolExecutor(1) as ex:
+        assert ex._broken is False
+        assert ex.submit(helpers.square, 3).result(timeout=30) == 9
+        assert ex._broken is False
+        for std in (cf.ThreadPoolExecutor(1), cf.ProcessPoolExecutor(1)):
+            with std:  # (the attribute is theirs: False while they work)
+                assert std._broken is False
+    assert ex._broken is False  # shut down is not broken
 
 
 @pytest.mark.timeout(90)
