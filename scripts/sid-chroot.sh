@@ -61,7 +61,11 @@ mount_system() {
 is_ready() {
     [ -f "$STAMP" ] || return 1
     local py
-    for py in "${PYTHONS[@]}"; do [ -x "$ROOT/usr/bin/$py" ] || return 1; done
+    for py in "${PYTHONS[@]}"; do
+        [ -x "$ROOT/usr/bin/$py" ] || return 1
+        # CPython's own test package (tests/test_stdlib_suite.py runs its executor tests)
+        [ -f "$ROOT/usr/lib/$py/test/test_concurrent_futures/executor.py" ] || return 1
+    done
 }
 
 ensure() {
@@ -84,7 +88,8 @@ ensure() {
     chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
         sh -c "apt-get -o Acquire::Check-Valid-Until=false update -qq && \
             apt-get -o Acquire::Check-Valid-Until=false install -y -qq --no-install-recommends \
-            ${PYTHONS[*]} python3.13-venv python3.14-venv python3.15-venv python3-pip ca-certificates >/dev/null" \
+            ${PYTHONS[*]} python3.13-venv python3.14-venv python3.15-venv python3-pip ca-certificates \
+            libpython3.13-testsuite libpython3.14-testsuite libpython3.15-testsuite >/dev/null" \
         || die "cannot install ${PYTHONS[*]} from Debian unstable"
     copy_ca   # ca-certificates may have rewritten the bundle
     for py in "${PYTHONS[@]}"; do
