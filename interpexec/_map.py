@@ -90,10 +90,18 @@ class MapIterator:
         if not fs:
             raise StopIteration(_EXHAUSTED)
         if self._buffersize and (ex := self._executor_ref()) is not None:
-            args = next(self._args_iter, None)
-            if args is not None:
-                fs.append(ex.submit(self._call, *args))
-            del ex
+            try:
+                args = next(self._args_iter, None)
+                if args is not None:
+                    fs.append(ex.submit(self._call, *args))
+            except BaseException:
+                # The input raised (or the pool refused the call): the map
+                # ends here, as the standard executors' generator does, and
+                # what it submitted is cancelled.
+                self.close()
+                raise
+            finally:
+                del ex
         # The future stays in fs until it has a result, so close() covers it.
         fut = fs[0]
         try:

@@ -382,6 +382,22 @@ def test_map_generator_raising():
         with pytest.raises(ValueError):
             for v in it:
                 got.append(v)
+        # The map ends with the input's error, as the standard executors'
+        # generator does: the value already submitted is cancelled, not yielded.
+        assert got == [1]
+        assert list(it) == []
+        # (buffersize=2: both values submitted at once; the first next() tops
+        # the buffer up before it waits, and meets the error.)
+        it = ex.map(hh.identity, gen(), buffersize=2)
+        held = list(it._fs)
+        assert len(held) == 2
+        with pytest.raises(ValueError):
+            next(it)
+        assert list(it) == []
+        # Each is cancelled, or was running and ends with its value (none stays pending).
+        _, not_done = cf.wait(held, timeout=20)
+        assert not not_done
+        assert all(f.cancelled() or f.result() == v for f, v in zip(held, (1, 2), strict=True))
         assert ex.submit(hh.identity, 7).result(timeout=20) == 7
 
 
