@@ -22,6 +22,7 @@ this module fails to import, with the remedy, and the run fails.
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import subprocess
 import sys
@@ -53,7 +54,8 @@ class InterpexecMixin(util.ExecutorMixin):
     executor_type = interpexec.InterpreterPoolExecutor
 
     def create_event(self):  # (3.14+'s WaitTests)
-        self.manager = multiprocessing.get_context("forkserver").Manager()
+        if getattr(self, "manager", None) is None:  # (one per test)
+            self.manager = multiprocessing.get_context("forkserver").Manager()
         return self.manager.Event()
 
     def tearDown(self):
@@ -80,6 +82,9 @@ class TestAsCompleted(test_as_completed.AsCompletedTests, InterpexecMixin, util.
 
 
 class TestShutdown(test_shutdown.ExecutorShutdownTest, InterpexecMixin, util.BaseTestCase):
+    # test_hang_gh94440 arms and clears signal.alarm(), which clears pytest-timeout's
+    # own timer (the same ITIMER_REAL) for the rest of the test: a thread's timer instead.
+    pytestmark = pytest.mark.timeout(120, method="thread")
     locals().update(dict.fromkeys(_BY_NAME))  # (run below, importing interpexec's pool)
 
 
@@ -93,17 +98,26 @@ class TestFailingInitializer(test_init.FailingInitializerMixin, InterpexecMixin,
 
 def test_the_suite_is_the_running_pythons():
     """The classes above hold the tests of this Python's suite (none lost to a
-    name clash or a renamed mixin)."""
+    name clash or a renamed mixin), and none of those runs a program that
+    imports the executor by name from concurrent.futures: on 3.14+ that name is
+    the standard library's own pool, which such a test would check instead of
+    this one (a new one must join _BY_NAME and _PROGRAMS)."""
     for cls, mixin in (
         (TestExecutor, executor.ExecutorTest),
         (TestWait, test_wait.WaitTests),
         (TestAsCompleted, test_as_completed.AsCompletedTests),
         (TestShutdown, test_shutdown.ExecutorShutdownTest),
+        (TestInitializer, test_init.InitializerMixin),
+        (TestFailingInitializer, test_init.FailingInitializerMixin),
     ):
         upstream = {name for name in vars(mixin) if name.startswith("test")}
         assert upstream, mixin
         ours = {name for name in upstream if callable(getattr(cls, name))}
         assert ours == upstream - set(_BY_NAME), (cls, upstream - ours)
+        for name in ours:
+            source = inspect.getsource(getattr(cls, name))
+            assert "executor_type.__name__" not in source, (cls, name)
+    assert set(_BY_NAME) <= {name for name in vars(test_shutdown.ExecutorShutdownTest)}
 
 
 # The programs of ExecutorShutdownTest's three tests, as they are upstream but for
@@ -120,7 +134,25 @@ _PROGRAMS = {
         "apple",
         None,
     ),
+    # (Upstream, a pool that ran nothing; the process pools' variant ran a call first.)
     "test_submit_after_interpreter_shutdown": (
+        """if 1:
+            import atexit
+            @atexit.register
+            def run_last():
+                try:
+                    t.submit(id, None)
+                except RuntimeError:
+                    print("runtime-error")
+                    raise
+            from interpexec import InterpreterPoolExecutor
+            if __name__ == "__main__":
+                t = InterpreterPoolExecutor(5)
+            """,
+        "runtime-error",
+        "RuntimeError: cannot schedule new futures",
+    ),
+    "test_submit_after_interpreter_shutdown[used]": (
         """if 1:
             import atexit
             @atexit.register
@@ -153,7 +185,7 @@ _PROGRAMS = {
 }
 
 
-@pytest.mark.parametrize("name", _BY_NAME)
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
 def test_the_standard_exit_programs(name):
     source, out, err_has = _PROGRAMS[name]
     # -I as upstream's assert_python_ok runs them (interpexec is installed in this environment).
