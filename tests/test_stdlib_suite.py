@@ -60,9 +60,11 @@ class InterpexecMixin(util.ExecutorMixin):
 
     def tearDown(self):
         manager = getattr(self, "manager", None)
-        super().tearDown()  # (on 3.14+ this shuts a manager down too: shutdown runs once)
-        if manager is not None:
-            manager.shutdown()
+        try:
+            super().tearDown()  # (on 3.14+ this shuts a manager down too: shutdown runs once)
+        finally:
+            if manager is not None:
+                manager.shutdown()
 
 
 #: The tests that run a program importing the executor from concurrent.futures by name.
