@@ -383,7 +383,8 @@ def test_map_generator_raising():
             for v in it:
                 got.append(v)
         # The map ends with the input's error, as the standard executors'
-        # generator does: the value already submitted is cancelled, not yielded.
+        # generator does: the value already submitted is not yielded (its
+        # future is cancelled, unless a worker has taken it already).
         assert got == [1]
         assert list(it) == []
         # (buffersize=2: both values submitted at once; the first next() tops
