@@ -122,6 +122,23 @@ def test_the_suite_is_the_running_pythons():
     assert set(_BY_NAME) <= {name for name in vars(test_shutdown.ExecutorShutdownTest)}
 
 
+#: test_submit_after_interpreter_shutdown's program; ``first`` is what the
+#: pool runs before the program ends.
+_ATEXIT_SUBMIT = """if 1:
+            import atexit
+            @atexit.register
+            def run_last():
+                try:
+                    t.submit(id, None)
+                except RuntimeError:
+                    print("runtime-error")
+                    raise
+            from interpexec import InterpreterPoolExecutor
+            if __name__ == "__main__":
+                t = InterpreterPoolExecutor(5)
+                {first}
+            """
+
 # The programs of ExecutorShutdownTest's three tests, as they are upstream but for
 # the import (and the context, which they pass only to process pools).
 _PROGRAMS = {
@@ -138,37 +155,12 @@ _PROGRAMS = {
     ),
     # (Upstream, a pool that ran nothing; the process pools' variant ran a call first.)
     "test_submit_after_interpreter_shutdown": (
-        """if 1:
-            import atexit
-            @atexit.register
-            def run_last():
-                try:
-                    t.submit(id, None)
-                except RuntimeError:
-                    print("runtime-error")
-                    raise
-            from interpexec import InterpreterPoolExecutor
-            if __name__ == "__main__":
-                t = InterpreterPoolExecutor(5)
-            """,
+        _ATEXIT_SUBMIT.format(first="pass"),
         "runtime-error",
         "RuntimeError: cannot schedule new futures",
     ),
     "test_submit_after_interpreter_shutdown[used]": (
-        """if 1:
-            import atexit
-            @atexit.register
-            def run_last():
-                try:
-                    t.submit(id, None)
-                except RuntimeError:
-                    print("runtime-error")
-                    raise
-            from interpexec import InterpreterPoolExecutor
-            if __name__ == "__main__":
-                t = InterpreterPoolExecutor(5)
-                t.submit(id, 42).result()
-            """,
+        _ATEXIT_SUBMIT.format(first="t.submit(id, 42).result()"),
         "runtime-error",
         "RuntimeError: cannot schedule new futures",
     ),
