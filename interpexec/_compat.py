@@ -48,6 +48,25 @@ allocate_lock = _thread.allocate_lock
 RLock = _thread.RLock
 get_ident = _thread.get_ident
 
+_IN_MAIN_INTERPRETER = _thread._is_main_interpreter()  # type: bool  # type: ignore[attr-defined]
+
+#: Whether this is one of a pool's worker interpreters: one that imported the
+#: worker loop before this module.
+_IN_WORKER = not _IN_MAIN_INTERPRETER and __package__ + "._worker_main" in sys.modules  # type: bool
+
+#: Whether this module defines the pool's side: the functions and constants
+#: under ``if _POOL_SIDE:`` below, which only the main interpreter's pool
+#: calls (interpreters, signals, lock repair, exit hooks).  A worker skips
+#: them at import, and with them their code objects: about 20 KiB of every
+#: worker's objects, 40-50 KiB of its resident memory (docs/architecture.md).
+#: There they are defined on first use of one (:func:`__getattr__`,
+#: :func:`_define_pool_side`), for a task's module that imports the executor,
+#: say.  A module-level ``if`` is what skips them: a
+#: skipped ``def``'s code lives only in the module's code object, which is
+#: freed once the import ends.  ``_DEFINING_POOL_SIDE`` is set by that later
+#: definition.
+_POOL_SIDE = not _IN_WORKER or bool(globals().get("_DEFINING_POOL_SIDE"))  # type: bool
+
 # What only the pool's side uses (signals, queue_take) is bound at the end of
 # this module (_bind_main_side) in the main interpreter and in any other that
 # has not imported the worker loop first: a worker does not load those C modules
@@ -80,6 +99,9 @@ def __getattr__(name):  # type: (str) -> Any
     if name in _MAIN_SIDE_NAMES:
         _bind_main_side(names)
         return names[name]
+    if name in _POOL_SIDE_NAMES and not _POOL_SIDE:
+        _define_pool_side(names)
+        return names[name]
     if name == "ProcessRemoteTraceback":
         #: ``concurrent.futures.process._RemoteTraceback``, the class of a
         #: ProcessPoolExecutor task's exception's ``__cause__`` (its module
@@ -90,6 +112,68 @@ def __getattr__(name):  # type: (str) -> Any
         names[name] = process._RemoteTraceback
         return names[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: What ``if _POOL_SIDE:`` defines (tests/test_imports.py checks this list
+#: against the module).
+_POOL_SIDE_NAMES = (
+    "TRACING_REFUSAL",
+    "_LOCKING_MODULES",
+    "_QUEUE_WRAPPERS",
+    "_fill_ctypes_field_table",
+    "_mitigate_crashes",
+    "_register_queue_errors",
+    "create_interpreter",
+    "daemon_threads_allowed",
+    "ended_on_unhandled_ctrl_c",
+    "futures_held_up_the_stack",
+    "held",
+    "lock_is_owned",
+    "os_thread_started",
+    "outer_level",
+    "raise_sigint",
+    "register_atexit",
+    "register_atexit_unwrapped",
+    "release_if_owned",
+    "run_string",
+    "sigint_handler",
+    "sigint_swapper",
+    "start_thread_object",
+    "swap_sigint_handler",
+    "tracing_allocations",
+)
+
+
+def _define_pool_side(names):  # type: (dict[str, Any]) -> None
+    """Define :data:`_POOL_SIDE_NAMES` in a worker that skipped them: run this
+    module's code again in a scratch namespace that asks for them, then bind
+    its functions to this module's globals (their state, such as
+    ``_mitigated``, is this module's; the scratch copies of everything else
+    are dropped).  All at once, in one ``update``: a function found there
+    finds the others it calls."""
+    scratch = {
+        "__name__": __name__,
+        "__package__": __package__,
+        "__spec__": __spec__,
+        "__file__": __file__,
+        "__builtins__": __builtins__,
+        "_DEFINING_POOL_SIDE": True,
+    }
+    loader = __spec__.loader  # type: Any
+    exec(loader.get_code(__name__), scratch)
+    function = type(_define_pool_side)  # type: Any
+    defined = {}
+    for name in _POOL_SIDE_NAMES:
+        value = scratch[name]
+        if type(value) is function:
+            rebound = function(value.__code__, names, value.__name__, value.__defaults__, value.__closure__)
+            rebound.__kwdefaults__ = value.__kwdefaults__
+            rebound.__doc__ = value.__doc__
+            rebound.__qualname__ = value.__qualname__
+            value = rebound
+        defined[name] = value
+    scratch.clear()  # (the scratch functions and their namespace: a cycle)
+    names.update(defined)
 
 
 class imports_during_exit:  # (used as a function: ``with imports_during_exit():``)
@@ -251,103 +335,105 @@ _UNBOUND_REMOVE = 1  # type: Literal[1]
 _mitigated = False
 
 
-def _mitigate_crashes():  # type: () -> None
-    global _mitigated
-    if VERSION == (3, 13):
-        # gh-136421 / gh-136423 (fixed in 3.14 by gh-136583): _datetime initializes
-        # its static types in whichever interpreter imports it first, without a
-        # lock, and finalizes them again in each; several subinterpreters importing
-        # datetime at once (email.utils, tomllib, yaml, dateutil, requests, ...)
-        # corrupt the heap ("double free or corruption", SIGSEGV).  Importing it
-        # in the main interpreter first makes the main interpreter own those
-        # types, as 3.14 does at start-up.
-        import _datetime  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+if _POOL_SIDE:
 
-        _fill_ctypes_field_table()
-    _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
+    def _mitigate_crashes():  # type: () -> None
+        global _mitigated
+        if VERSION == (3, 13):
+            # gh-136421 / gh-136423 (fixed in 3.14 by gh-136583): _datetime initializes
+            # its static types in whichever interpreter imports it first, without a
+            # lock, and finalizes them again in each; several subinterpreters importing
+            # datetime at once (email.utils, tomllib, yaml, dateutil, requests, ...)
+            # corrupt the heap ("double free or corruption", SIGSEGV).  Importing it
+            # in the main interpreter first makes the main interpreter own those
+            # types, as 3.14 does at start-up.
+            import _datetime  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
 
+            _fill_ctypes_field_table()
+        _mitigated = True  # (after: a second worker thread must not go ahead meanwhile)
 
-def _fill_ctypes_field_table():  # type: () -> None
-    """ctypes: the first simple ctypes type created in the process fills a
-    process-wide table of field descriptors (``_ctypes_get_fielddesc``) after
-    setting its "initialized" flag, without a lock, so interpreters importing
-    ctypes at once (tasks importing ctypes or uuid, or two workers' watchdogs
-    interrupting tasks at the same moment) read a half-filled table: SIGSEGV in
-    ctypes/__init__.py, or "class must define a '_type_' attribute" for a
-    supported type.  On 3.13.0: 1 process in 60 with four workers importing it
-    together; with one simple type created here first, 0 in 100 (importing
-    _ctypes costs 0.4 ms, in the main interpreter only).  3.14.10 and 3.15.2
-    fail the same way and this does not cure them: there, every interpreter's
-    ``_ctypes`` exec rewrites the shared table (no "initialized" flag any
-    more), so an import in one interpreter races type creation in any other;
-    not applied, not curable from Python (docs/extensions.md).  A Python
-    without ctypes has no race."""
-    try:
-        import _ctypes  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return
-    type("_FieldTableFilled", (_ctypes._SimpleCData,), {"_type_": "O"})
+    def _fill_ctypes_field_table():  # type: () -> None
+        """ctypes: the first simple ctypes type created in the process fills a
+        process-wide table of field descriptors (``_ctypes_get_fielddesc``) after
+        setting its "initialized" flag, without a lock, so interpreters importing
+        ctypes at once (tasks importing ctypes or uuid, or two workers' watchdogs
+        interrupting tasks at the same moment) read a half-filled table: SIGSEGV in
+        ctypes/__init__.py, or "class must define a '_type_' attribute" for a
+        supported type.  On 3.13.0: 1 process in 60 with four workers importing it
+        together; with one simple type created here first, 0 in 100 (importing
+        _ctypes costs 0.4 ms, in the main interpreter only).  3.14.10 and 3.15.2
+        fail the same way and this does not cure them: there, every interpreter's
+        ``_ctypes`` exec rewrites the shared table (no "initialized" flag any
+        more), so an import in one interpreter races type creation in any other;
+        not applied, not curable from Python (docs/extensions.md).  A Python
+        without ctypes has no race."""
+        try:
+            import _ctypes  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            return
+        type("_FieldTableFilled", (_ctypes._SimpleCData,), {"_type_": "O"})
 
-
-#: The stdlib wrappers that register ``_interpqueues``' QueueEmpty and QueueFull
-#: (see :func:`_register_queue_errors`).
-_QUEUE_WRAPPERS = (
-    ("interpreters.queues", "test.support.interpreters.queues")
-    if VERSION == (3, 13)
-    else ("concurrent.interpreters._queues",)
-)
+    #: The stdlib wrappers that register ``_interpqueues``' QueueEmpty and QueueFull
+    #: (see :func:`_register_queue_errors`).
+    _QUEUE_WRAPPERS = (
+        ("interpreters.queues", "test.support.interpreters.queues")
+        if VERSION == (3, 13)
+        else ("concurrent.interpreters._queues",)
+    )
 
 
 _queue_errors_registered = False
 
 
-def _register_queue_errors():  # type: () -> None
-    """Give ``_interpqueues`` its QueueEmpty and QueueFull classes in this
-    interpreter before any get or put can need them.
+if _POOL_SIDE:
 
-    The C module has no classes of its own for an empty or a full queue: the
-    first time a get finds its queue empty (or a put finds it full) it imports
-    its stdlib wrapper, whose last line registers them.  That import is Python
-    code; a signal handler that runs inside it, in the main thread, and gets from
-    an empty queue (a pool call in the handler, whose take of results finds the
-    queue emptied by another thread) finds the wrapper half imported, no class
-    registered, and CPython crashes (SIGSEGV in ``PyObject_CallOneArg`` on a
-    NULL type; 3.13.0, 3.13.18, 3.14.10 and 3.15.2; no upstream issue found;
-    reproducer in tests/test_crashes.py).  Registering our own classes, with
-    the first queue interpexec creates in the main interpreter (every get and
-    put of interpexec's is on such a queue), leaves no such import to
-    interrupt, and costs importing ``queue`` (0.5 ms; the wrapper's QueueFull
-    is a ``queue.Full``), where importing the wrapper costs 27 ms on 3.13 (it
-    loads unittest) and 1.4 to 3.7 ms on 3.14+.
+    def _register_queue_errors():  # type: () -> None
+        """Give ``_interpqueues`` its QueueEmpty and QueueFull classes in this
+        interpreter before any get or put can need them.
 
-    The C module lets a wrapper register its classes again (it does so when
-    reloaded): a program that imports the wrapper later gets the wrapper's own
-    classes from then on, as without interpexec.  Not done when a wrapper is in
-    ``sys.modules`` already: the module is there before its body runs, and the
-    registration is its body's last line, so a wrapper imported meanwhile by
-    another thread still registers after these.  Until then a raw
-    ``_interpqueues`` get from an empty queue raises this QueueEmpty, a
-    ``queue.Empty``, and a put into a full one this QueueFull, a
-    ``queue.Full``, as the wrapper's are."""
-    global _queue_errors_registered
-    _queue_errors_registered = True  # (first: tried once, whatever happens)
-    import queue
+        The C module has no classes of its own for an empty or a full queue: the
+        first time a get finds its queue empty (or a put finds it full) it imports
+        its stdlib wrapper, whose last line registers them.  That import is Python
+        code; a signal handler that runs inside it, in the main thread, and gets from
+        an empty queue (a pool call in the handler, whose take of results finds the
+        queue emptied by another thread) finds the wrapper half imported, no class
+        registered, and CPython crashes (SIGSEGV in ``PyObject_CallOneArg`` on a
+        NULL type; 3.13.0, 3.13.18, 3.14.10 and 3.15.2; no upstream issue found;
+        reproducer in tests/test_crashes.py).  Registering our own classes, with
+        the first queue interpexec creates in the main interpreter (every get and
+        put of interpexec's is on such a queue), leaves no such import to
+        interrupt, and costs importing ``queue`` (0.5 ms; the wrapper's QueueFull
+        is a ``queue.Full``), where importing the wrapper costs 27 ms on 3.13 (it
+        loads unittest) and 1.4 to 3.7 ms on 3.14+.
 
-    base = _interpqueues.QueueError
-    empty = type("QueueEmpty", (base, queue.Empty), {"__module__": __name__})
-    full = type("QueueFull", (base, queue.Full), {"__module__": __name__})
-    # (The wrapper's Queue class too, which the C module makes shareable; no
-    # instance of this one exists, so none is ever shared.)
-    queue_type = type("Queue", (), {"__module__": __name__, "__slots__": ()})
-    register, modules = _interpqueues._register_heap_types, sys.modules  # type: ignore[attr-defined]
-    # From the test to the registration, no call: no other thread runs in
-    # between (the GIL changes hands only where a signal handler could run),
-    # so a wrapper imported by another thread either is in sys.modules here,
-    # or registers its classes after these.  (Tested after the classes are
-    # made: a look first and a registration after those calls let a whole
-    # import of the wrapper in between, whose classes these then replaced.)
-    if _QUEUE_WRAPPERS[0] not in modules and _QUEUE_WRAPPERS[-1] not in modules:
-        register(queue_type, empty, full)
+        The C module lets a wrapper register its classes again (it does so when
+        reloaded): a program that imports the wrapper later gets the wrapper's own
+        classes from then on, as without interpexec.  Not done when a wrapper is in
+        ``sys.modules`` already: the module is there before its body runs, and the
+        registration is its body's last line, so a wrapper imported meanwhile by
+        another thread still registers after these.  Until then a raw
+        ``_interpqueues`` get from an empty queue raises this QueueEmpty, a
+        ``queue.Empty``, and a put into a full one this QueueFull, a
+        ``queue.Full``, as the wrapper's are."""
+        global _queue_errors_registered
+        _queue_errors_registered = True  # (first: tried once, whatever happens)
+        import queue
+
+        base = _interpqueues.QueueError
+        empty = type("QueueEmpty", (base, queue.Empty), {"__module__": __name__})
+        full = type("QueueFull", (base, queue.Full), {"__module__": __name__})
+        # (The wrapper's Queue class too, which the C module makes shareable; no
+        # instance of this one exists, so none is ever shared.)
+        queue_type = type("Queue", (), {"__module__": __name__, "__slots__": ()})
+        register, modules = _interpqueues._register_heap_types, sys.modules  # type: ignore[attr-defined]
+        # From the test to the registration, no call: no other thread runs in
+        # between (the GIL changes hands only where a signal handler could run),
+        # so a wrapper imported by another thread either is in sys.modules here,
+        # or registers its classes after these.  (Tested after the classes are
+        # made: a look first and a registration after those calls let a whole
+        # import of the wrapper in between, whose classes these then replaced.)
+        if _QUEUE_WRAPPERS[0] not in modules and _QUEUE_WRAPPERS[-1] not in modules:
+            register(queue_type, empty, full)
 
 
 #: Interpreters are created and destroyed one at a time in the process: CPython
@@ -357,36 +443,35 @@ def _register_queue_errors():  # type: () -> None
 _lifecycle_lock = _thread.allocate_lock()
 
 
-#: Why no interpreter is created while tracemalloc traces (see create_interpreter).
-TRACING_REFUSAL = (
-    "tracemalloc is tracing memory allocations, and CPython crashes when a subinterpreter is "
-    "created or destroyed while it does (CPython gh-134604, gh-144172): call tracemalloc.stop() "
-    "(or run without -X tracemalloc / PYTHONTRACEMALLOC) before the pool starts its workers"
-)
+if _POOL_SIDE:
+    #: Why no interpreter is created while tracemalloc traces (see create_interpreter).
+    TRACING_REFUSAL = (
+        "tracemalloc is tracing memory allocations, and CPython crashes when a subinterpreter is "
+        "created or destroyed while it does (CPython gh-134604, gh-144172): call tracemalloc.stop() "
+        "(or run without -X tracemalloc / PYTHONTRACEMALLOC) before the pool starts its workers"
+    )
 
+    def tracing_allocations():  # type: () -> bool
+        """Whether :mod:`tracemalloc` traces memory allocations in this process."""
+        try:
+            import _tracemalloc  # (built in: no file, no cost worth counting)
+        except ImportError:  # a Python built without it traces nothing
+            return False
+        return bool(_tracemalloc.is_tracing())
 
-def tracing_allocations():  # type: () -> bool
-    """Whether :mod:`tracemalloc` traces memory allocations in this process."""
-    try:
-        import _tracemalloc  # (built in: no file, no cost worth counting)
-    except ImportError:  # a Python built without it traces nothing
-        return False
-    return bool(_tracemalloc.is_tracing())
+    def create_interpreter():  # type: () -> int
+        """Create an isolated interpreter (own GIL, own obmalloc) and return its id.
 
-
-def create_interpreter():  # type: () -> int
-    """Create an isolated interpreter (own GIL, own obmalloc) and return its id.
-
-    Refused (RuntimeError) while tracemalloc traces: with it, 3.14.10 crashes
-    creating the first one (SIGSEGV), and 3.13.0 at exit ("double free or
-    corruption"); upstream, destroying one while tracing reads freed memory
-    on every version (gh-144172, open)."""
-    if not _mitigated:
-        _mitigate_crashes()
-    if tracing_allocations():
-        raise RuntimeError(TRACING_REFUSAL)
-    with _lifecycle_lock:
-        return int(_interpreters.create())
+        Refused (RuntimeError) while tracemalloc traces: with it, 3.14.10 crashes
+        creating the first one (SIGSEGV), and 3.13.0 at exit ("double free or
+        corruption"); upstream, destroying one while tracing reads freed memory
+        on every version (gh-144172, open)."""
+        if not _mitigated:
+            _mitigate_crashes()
+        if tracing_allocations():
+            raise RuntimeError(TRACING_REFUSAL)
+        with _lifecycle_lock:
+            return int(_interpreters.create())
 
 
 def destroy_interpreter(interp_id):  # type: (int) -> None
@@ -414,29 +499,31 @@ class ExecFailure:
         self.traceback = traceback
 
 
-def run_string(interp_id, source, shared=None):  # type: (int, str | CodeType, dict[str, Any] | None) -> ExecFailure | None
-    """Run ``source`` (text, or a code object compiled in the caller) in the
-    interpreter's ``__main__`` in the calling thread.
+if _POOL_SIDE:
 
-    ``shared`` binds shareable values (such as a memoryview) as globals of that
-    ``__main__`` first.  Blocks until the code finishes.  Returns None on success,
-    or a description of the exception that escaped.
+    def run_string(interp_id, source, shared=None):  # type: (int, str | CodeType, dict[str, Any] | None) -> ExecFailure | None
+        """Run ``source`` (text, or a code object compiled in the caller) in the
+        interpreter's ``__main__`` in the calling thread.
 
-    Text is compiled here first: on 3.13 text goes through
-    ``run_eval_code_obj``, which clears CPython's record of the main module's
-    unhandled KeyboardInterrupt (gh-128130, fixed in 3.14), so a worker starting
-    after the program's Ctrl-C made it exit with status 1 instead of dying of
-    SIGINT; a code object runs through ``PyEval_EvalCode``.
-    """
-    code = compile(source, "<interpexec>", "exec") if isinstance(source, str) else source
-    excinfo = _interpreters.exec(interp_id, code, shared or {})
-    if excinfo is None:
-        return None
-    tp = getattr(excinfo, "type", None)
-    type_name = str(getattr(tp, "__qualname__", None) or getattr(tp, "__name__", "Exception"))
-    message = str(getattr(excinfo, "msg", "") or "")
-    text = getattr(excinfo, "errdisplay", None) or getattr(excinfo, "formatted", None)
-    return ExecFailure(type_name, message, str(text) if text else repr(excinfo))
+        ``shared`` binds shareable values (such as a memoryview) as globals of that
+        ``__main__`` first.  Blocks until the code finishes.  Returns None on success,
+        or a description of the exception that escaped.
+
+        Text is compiled here first: on 3.13 text goes through
+        ``run_eval_code_obj``, which clears CPython's record of the main module's
+        unhandled KeyboardInterrupt (gh-128130, fixed in 3.14), so a worker starting
+        after the program's Ctrl-C made it exit with status 1 instead of dying of
+        SIGINT; a code object runs through ``PyEval_EvalCode``.
+        """
+        code = compile(source, "<interpexec>", "exec") if isinstance(source, str) else source
+        excinfo = _interpreters.exec(interp_id, code, shared or {})
+        if excinfo is None:
+            return None
+        tp = getattr(excinfo, "type", None)
+        type_name = str(getattr(tp, "__qualname__", None) or getattr(tp, "__name__", "Exception"))
+        message = str(getattr(excinfo, "msg", "") or "")
+        text = getattr(excinfo, "errdisplay", None) or getattr(excinfo, "formatted", None)
+        return ExecFailure(type_name, message, str(text) if text else repr(excinfo))
 
 
 #: What ``_interpqueues.create`` takes after the maxsize, and ``put`` after the
@@ -602,42 +689,43 @@ def start_thread(fn):  # type: (Any) -> Any
     return _thread.start_joinable_thread(fn, daemon=False)
 
 
-def start_thread_object(thread):  # type: (Any) -> None
-    """``thread.start()`` (a ``threading.Thread``) that an exception from a
-    signal handler cannot leave with the new thread blocked for ever.
+if _POOL_SIDE:
 
-    ``start()`` waits for the new thread on an Event, whose ``wait`` enters a
-    Condition in Python code: an exception right after that Condition took its
-    lock leaves the lock held by this thread, and the new thread then blocks
-    in ``_bootstrap_inner`` setting the event, never running.  Here the event's
-    lock is re-entrant, so that the lock this thread may have kept is told
-    apart from the new thread's own hold, and released."""
-    import threading
+    def start_thread_object(thread):  # type: (Any) -> None
+        """``thread.start()`` (a ``threading.Thread``) that an exception from a
+        signal handler cannot leave with the new thread blocked for ever.
 
-    started = threading.Event()
-    started._cond = threading.Condition(RLock())  # type: ignore[attr-defined]
-    thread._started = started
-    try:
-        thread.start()
-    except BaseException:
-        release_if_owned(started._cond._lock)  # type: ignore[attr-defined]
-        if not os_thread_started(thread):
-            # (start() takes a thread out of its "starting" table only on an
-            # Exception: cut short otherwise, it stays listed by enumerate().)
-            with threading._active_limbo_lock:  # type: ignore[attr-defined]
-                threading._limbo.pop(thread, None)  # type: ignore[attr-defined]
-        raise
+        ``start()`` waits for the new thread on an Event, whose ``wait`` enters a
+        Condition in Python code: an exception right after that Condition took its
+        lock leaves the lock held by this thread, and the new thread then blocks
+        in ``_bootstrap_inner`` setting the event, never running.  Here the event's
+        lock is re-entrant, so that the lock this thread may have kept is told
+        apart from the new thread's own hold, and released."""
+        import threading
 
+        started = threading.Event()
+        started._cond = threading.Condition(RLock())  # type: ignore[attr-defined]
+        thread._started = started
+        try:
+            thread.start()
+        except BaseException:
+            release_if_owned(started._cond._lock)  # type: ignore[attr-defined]
+            if not os_thread_started(thread):
+                # (start() takes a thread out of its "starting" table only on an
+                # Exception: cut short otherwise, it stays listed by enumerate().)
+                with threading._active_limbo_lock:  # type: ignore[attr-defined]
+                    threading._limbo.pop(thread, None)  # type: ignore[attr-defined]
+            raise
 
-def os_thread_started(thread):  # type: (Any) -> bool
-    """Whether ``thread.start()`` (a ``threading.Thread``) got as far as starting
-    its OS thread.  For a start an exception cut short: ``start()`` waits in
-    Python for the new thread to run, so a signal handler's exception can leave
-    it after the thread started (it runs) or before (it never will).  The
-    thread's handle (``_handle`` on 3.13, ``_os_thread_handle`` since 3.14) has
-    an ident from the moment the C call that starts the thread returns."""
-    handle = getattr(thread, "_os_thread_handle", None) or getattr(thread, "_handle", None)
-    return handle is not None and bool(handle.ident)
+    def os_thread_started(thread):  # type: (Any) -> bool
+        """Whether ``thread.start()`` (a ``threading.Thread``) got as far as starting
+        its OS thread.  For a start an exception cut short: ``start()`` waits in
+        Python for the new thread to run, so a signal handler's exception can leave
+        it after the thread started (it runs) or before (it never will).  The
+        thread's handle (``_handle`` on 3.13, ``_os_thread_handle`` since 3.14) has
+        an ident from the moment the C call that starts the thread returns."""
+        handle = getattr(thread, "_os_thread_handle", None) or getattr(thread, "_handle", None)
+        return handle is not None and bool(handle.ident)
 
 
 def thread_count():  # type: () -> int
@@ -667,13 +755,12 @@ def wrap_thread_starts(wrap):  # type: (Any) -> None
         threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
 
 
-_IN_MAIN_INTERPRETER = _thread._is_main_interpreter()  # type: bool  # type: ignore[attr-defined]
+if _POOL_SIDE:
 
-
-def daemon_threads_allowed():  # type: () -> bool
-    """Whether this interpreter may start daemon threads (an isolated
-    subinterpreter may not; a pool's resolver thread is one)."""
-    return bool(_thread.daemon_threads_allowed())
+    def daemon_threads_allowed():  # type: () -> bool
+        """Whether this interpreter may start daemon threads (an isolated
+        subinterpreter may not; a pool's resolver thread is one)."""
+        return bool(_thread.daemon_threads_allowed())
 
 
 def is_main_thread():  # type: () -> bool
@@ -682,46 +769,44 @@ def is_main_thread():  # type: () -> bool
     return _IN_MAIN_INTERPRETER and _thread.get_ident() == _thread._get_main_thread_ident()  # type: ignore[attr-defined]
 
 
-def swap_sigint_handler(handler):  # type: (Any) -> Any
-    """``signal.signal(SIGINT, handler)`` without :mod:`signal`'s enum conversions
-    (a fifth of the cost); SIG_DFL/SIG_IGN come back as 0/1.  Main thread only."""
-    return _signal.signal(_signal.SIGINT, handler)
+if _POOL_SIDE:
 
+    def swap_sigint_handler(handler):  # type: (Any) -> Any
+        """``signal.signal(SIGINT, handler)`` without :mod:`signal`'s enum conversions
+        (a fifth of the cost); SIG_DFL/SIG_IGN come back as 0/1.  Main thread only."""
+        return _signal.signal(_signal.SIGINT, handler)
 
-def sigint_handler():  # type: () -> Any
-    return _signal.getsignal(_signal.SIGINT)
+    def sigint_handler():  # type: () -> Any
+        return _signal.getsignal(_signal.SIGINT)
 
+    def ended_on_unhandled_ctrl_c():  # type: () -> bool
+        """Whether the program ends on an unhandled KeyboardInterrupt: the exception
+        CPython printed last (``sys.last_exc``) is one, and it unwound the outermost
+        frame.  One printed and handled earlier (by ``code.InteractiveInterpreter``,
+        a debugger, a REPL's prompt) is not the end of the program."""
+        exc = getattr(sys, "last_exc", None)
+        if not isinstance(exc, KeyboardInterrupt) or hasattr(sys, "ps1"):  # (ps1: interactive)
+            return False
+        tb = exc.__traceback__
+        return tb is None or tb.tb_frame.f_back is None
 
-def ended_on_unhandled_ctrl_c():  # type: () -> bool
-    """Whether the program ends on an unhandled KeyboardInterrupt: the exception
-    CPython printed last (``sys.last_exc``) is one, and it unwound the outermost
-    frame.  One printed and handled earlier (by ``code.InteractiveInterpreter``,
-    a debugger, a REPL's prompt) is not the end of the program."""
-    exc = getattr(sys, "last_exc", None)
-    if not isinstance(exc, KeyboardInterrupt) or hasattr(sys, "ps1"):  # (ps1: interactive)
-        return False
-    tb = exc.__traceback__
-    return tb is None or tb.tb_frame.f_back is None
+    def sigint_swapper():  # type: () -> Any
+        """``functools.partial(signal.signal, SIGINT)``: a C callable that installs a
+        SIGINT handler and returns the one it replaced, with no Python frame in
+        between (none where a KeyboardInterrupt could land).  Main interpreter only
+        (it imports functools)."""
+        import functools
 
+        return functools.partial(_signal.signal, _signal.SIGINT)
 
-def sigint_swapper():  # type: () -> Any
-    """``functools.partial(signal.signal, SIGINT)``: a C callable that installs a
-    SIGINT handler and returns the one it replaced, with no Python frame in
-    between (none where a KeyboardInterrupt could land).  Main interpreter only
-    (it imports functools)."""
-    import functools
-
-    return functools.partial(_signal.signal, _signal.SIGINT)
-
-
-def raise_sigint():  # type: () -> None
-    _signal.raise_signal(_signal.SIGINT)
+    def raise_sigint():  # type: () -> None
+        _signal.raise_signal(_signal.SIGINT)
 
 
 if TYPE_CHECKING:  # (bound below; not annotations: on 3.14+ they compile to a module __annotate__)
     SIG_DFL = SIG_IGN = 0  # type: int
     set_signal_wakeup_fd = None  # type: Any
-if _IN_MAIN_INTERPRETER or __package__ + "._worker_main" not in sys.modules:
+if not _IN_WORKER:
     _bind_main_side(globals())
 
 
@@ -737,15 +822,16 @@ release_all = _thread.RLock._release_save  # type: Callable[[Any], Any]  # type:
 reacquire = _thread.RLock._acquire_restore  # type: Callable[[Any, Any], None]  # type: ignore[attr-defined]
 
 
-def held(lock):  # type: (Any) -> tuple[int, int]
-    """What :data:`reacquire` takes to hold ``lock`` again as this thread holds
-    it now: ``_release_save``'s own result, computed before releasing."""
-    return lock._recursion_count(), _thread.get_ident()
+if _POOL_SIDE:
 
+    def held(lock):  # type: (Any) -> tuple[int, int]
+        """What :data:`reacquire` takes to hold ``lock`` again as this thread holds
+        it now: ``_release_save``'s own result, computed before releasing."""
+        return lock._recursion_count(), _thread.get_ident()
 
-def lock_is_owned(lock):  # type: (Any) -> bool
-    """Whether the calling thread holds the RLock ``lock`` (its ``_is_owned``)."""
-    return bool(lock._is_owned())
+    def lock_is_owned(lock):  # type: (Any) -> bool
+        """Whether the calling thread holds the RLock ``lock`` (its ``_is_owned``)."""
+        return bool(lock._is_owned())
 
 
 #: ``lock_level(lock)``: how many times the calling thread holds the RLock
@@ -754,93 +840,90 @@ def lock_is_owned(lock):  # type: (Any) -> bool
 lock_level = _thread.RLock._recursion_count  # type: Callable[[Any], int]  # type: ignore[attr-defined]
 
 
-def release_if_owned(lock, level=0):  # type: (Any, int) -> None
-    """Release the levels of an RLock that the calling thread holds above
-    ``level`` (by default every level).  A KeyboardInterrupt can land right after
-    ``__enter__`` of a ``with lock:`` returns and before the block's protection
-    starts, so the lock is never released (CPython's "with is not signal safe");
-    public entry points call this when an exception leaves them, with
-    :func:`outer_level` of the level the thread held when it entered."""
-    while lock._recursion_count() > level:
-        lock.release()
+if _POOL_SIDE:
 
+    def release_if_owned(lock, level=0):  # type: (Any, int) -> None
+        """Release the levels of an RLock that the calling thread holds above
+        ``level`` (by default every level).  A KeyboardInterrupt can land right after
+        ``__enter__`` of a ``with lock:`` returns and before the block's protection
+        starts, so the lock is never released (CPython's "with is not signal safe");
+        public entry points call this when an exception leaves them, with
+        :func:`outer_level` of the level the thread held when it entered."""
+        while lock._recursion_count() > level:
+            lock.release()
 
-#: Modules whose frames may hold the pool's locks or its futures' conditions:
-#: the package's own, and ``concurrent.futures.wait()``/``as_completed()``'s.
-_LOCKING_MODULES = ("interpexec.", "concurrent.futures._base")
+    #: Modules whose frames may hold the pool's locks or its futures' conditions:
+    #: the package's own, and ``concurrent.futures.wait()``/``as_completed()``'s.
+    _LOCKING_MODULES = ("interpexec.", "concurrent.futures._base")
 
-
-def outer_level(level):  # type: (int) -> int
-    """The part of ``level`` (a lock level the calling thread held when a public
-    entry point began, now failing) that an outer frame holds legitimately: all
-    of it if this entry point runs inside the pool's own code or inside
-    ``concurrent.futures.wait()`` (a signal handler or a finalizer called
-    there; releasing that frame's level would leave it running unlocked), else
-    none: no caller holds the pool's locks, so a level held on entry is one an
-    earlier Ctrl-C left behind, which must go.  Called only on the failure path
-    with a level above 0 (it walks the stack)."""
-    if not level:
+    def outer_level(level):  # type: (int) -> int
+        """The part of ``level`` (a lock level the calling thread held when a public
+        entry point began, now failing) that an outer frame holds legitimately: all
+        of it if this entry point runs inside the pool's own code or inside
+        ``concurrent.futures.wait()`` (a signal handler or a finalizer called
+        there; releasing that frame's level would leave it running unlocked), else
+        none: no caller holds the pool's locks, so a level held on entry is one an
+        earlier Ctrl-C left behind, which must go.  Called only on the failure path
+        with a level above 0 (it walks the stack)."""
+        if not level:
+            return 0
+        frame: Any = sys._getframe(1)
+        # The entry point's own frames (this package's), then its caller's.
+        while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_LOCKING_MODULES):
+            frame = frame.f_back
+        while frame is not None:
+            if str(frame.f_globals.get("__name__", "")).startswith(_LOCKING_MODULES):
+                return level
+            frame = frame.f_back
         return 0
-    frame: Any = sys._getframe(1)
-    # The entry point's own frames (this package's), then its caller's.
-    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_LOCKING_MODULES):
-        frame = frame.f_back
-    while frame is not None:
-        if str(frame.f_globals.get("__name__", "")).startswith(_LOCKING_MODULES):
-            return level
-        frame = frame.f_back
-    return 0
 
+    def futures_held_up_the_stack():  # type: () -> set[int]
+        """The ids of the futures whose conditions a frame further up this thread's
+        stack may hold legitimately, for a release of conditions a Ctrl-C left
+        held (a signal handler can run inside those frames): those that
+        ``concurrent.futures.wait()`` and ``as_completed()`` wait on (they hold
+        every one while they install or remove their waiter), and the one a
+        frame of this package works on (``self`` or ``fut``).  A frame of either
+        module above that holds none (a done-callback run from it) protects
+        nothing."""
+        from concurrent.futures import Future
 
-def futures_held_up_the_stack():  # type: () -> set[int]
-    """The ids of the futures whose conditions a frame further up this thread's
-    stack may hold legitimately, for a release of conditions a Ctrl-C left
-    held (a signal handler can run inside those frames): those that
-    ``concurrent.futures.wait()`` and ``as_completed()`` wait on (they hold
-    every one while they install or remove their waiter), and the one a
-    frame of this package works on (``self`` or ``fut``).  A frame of either
-    module above that holds none (a done-callback run from it) protects
-    nothing."""
-    from concurrent.futures import Future
+        held: set[int] = set()
+        frame: Any = sys._getframe(1)
+        while frame is not None:
+            module = str(frame.f_globals.get("__name__", ""))
+            if module.startswith(_LOCKING_MODULES):
+                local = frame.f_locals
+                if module == "concurrent.futures._base":
+                    futures = local.get("fs")
+                    owner = local.get("self")
+                    if futures is None and owner is not None:
+                        futures = getattr(owner, "futures", None)  # (_AcquireFutures)
+                    # (A collection only: as_completed's ``fs`` is the caller's
+                    # iterable, a generator say, until its first line makes a set.)
+                    named = frame.f_code.co_name in ("wait", "as_completed", "__enter__", "__exit__")
+                    if named and isinstance(futures, (set, frozenset, list, tuple)):
+                        held.update(id(f) for f in list(futures))
+                else:
+                    for name in ("self", "fut"):
+                        if isinstance(local.get(name), Future):
+                            held.add(id(local[name]))
+            frame = frame.f_back
+        return held
 
-    held: set[int] = set()
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        module = str(frame.f_globals.get("__name__", ""))
-        if module.startswith(_LOCKING_MODULES):
-            local = frame.f_locals
-            if module == "concurrent.futures._base":
-                futures = local.get("fs")
-                owner = local.get("self")
-                if futures is None and owner is not None:
-                    futures = getattr(owner, "futures", None)  # (_AcquireFutures)
-                # (A collection only: as_completed's ``fs`` is the caller's
-                # iterable, a generator say, until its first line makes a set.)
-                named = frame.f_code.co_name in ("wait", "as_completed", "__enter__", "__exit__")
-                if named and isinstance(futures, (set, frozenset, list, tuple)):
-                    held.update(id(f) for f in list(futures))
-            else:
-                for name in ("self", "fut"):
-                    if isinstance(local.get(name), Future):
-                        held.add(id(local[name]))
-        frame = frame.f_back
-    return held
+    def register_atexit(fn):  # type: (Any) -> None
+        """Run ``fn`` at interpreter exit before non-daemon threads are joined
+        (``threading._register_atexit``, as concurrent.futures does)."""
+        import threading
 
+        threading._register_atexit(fn)  # type: ignore[attr-defined]
 
-def register_atexit(fn):  # type: (Any) -> None
-    """Run ``fn`` at interpreter exit before non-daemon threads are joined
-    (``threading._register_atexit``, as concurrent.futures does)."""
-    import threading
+    def register_atexit_unwrapped(fn):  # type: (Any) -> None
+        """:func:`register_atexit` for a C callable, called as it is: the public
+        registration wraps it in a Python lambda, whose first bytecode is a point
+        where a KeyboardInterrupt can land before ``fn`` runs."""
+        import threading
 
-    threading._register_atexit(fn)  # type: ignore[attr-defined]
-
-
-def register_atexit_unwrapped(fn):  # type: (Any) -> None
-    """:func:`register_atexit` for a C callable, called as it is: the public
-    registration wraps it in a Python lambda, whose first bytecode is a point
-    where a KeyboardInterrupt can land before ``fn`` runs."""
-    import threading
-
-    if threading._SHUTTING_DOWN:  # type: ignore[attr-defined]  # (what _register_atexit checks)
-        raise RuntimeError("can't register atexit after shutdown")
-    threading._threading_atexits.append(fn)  # type: ignore[attr-defined]
+        if threading._SHUTTING_DOWN:  # type: ignore[attr-defined]  # (what _register_atexit checks)
+            raise RuntimeError("can't register atexit after shutdown")
+        threading._threading_atexits.append(fn)  # type: ignore[attr-defined]

@@ -49,3 +49,52 @@ def annotated():
                 if getattr(fn, "__module__", None) == name and hasattr(fn, "__code__") and carries(fn):
                     found.append(f"{name}.{fn.__qualname__}")
     return found
+
+
+def pool_side_defined():
+    """Which names of ``_compat``'s pool side this worker has defined."""
+    from interpexec import _compat
+
+    names = vars(_compat)
+    return [name for name in _compat._POOL_SIDE_NAMES if name in names]
+
+
+def use_pool_side():
+    """Reach every public name of ``_compat`` in this worker (the pool's side is
+    defined on first use), then call some of what that defined: what each gave,
+    and whether every function defined runs in ``_compat``'s own namespace."""
+    import _thread
+
+    from interpexec import _compat
+    from interpexec._compat import held, lock_is_owned  # (``from`` goes through __getattr__ too)
+
+    missing = [name for name in _compat.__all__ if not hasattr(_compat, name)]
+    names = vars(_compat)
+    foreign = [
+        name
+        for name in _compat._POOL_SIDE_NAMES
+        if hasattr(names[name], "__code__") and names[name].__globals__ is not names
+    ]
+    lock = _thread.RLock()
+    lock.acquire()
+    lock.acquire()
+    state = (held(lock) == (2, _thread.get_ident()), lock_is_owned(lock))
+    _compat.release_if_owned(lock, 1)
+    state += (_compat.lock_level(lock),)
+    _compat.release_if_owned(lock)
+    state += (lock_is_owned(lock),)
+    return {
+        "missing": missing,
+        "foreign": foreign,
+        "state": list(state),
+        "tracing": _compat.tracing_allocations(),
+        "outer": _compat.outer_level(0),
+        "exc": _compat.ExecFailure("T", "m", "tb").type_name,
+    }
+
+
+def import_the_executor():
+    """What a task's module that imports the executor at the top does in a worker."""
+    from interpexec import InterpreterPoolExecutor
+
+    return InterpreterPoolExecutor.__name__

@@ -10,6 +10,7 @@ that it is the same class, with the real bases, whichever the user imports first
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import textwrap
 import pytest
 
 import interpexec
+from interpexec import _compat
 from tests import helpers, import_helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -223,6 +225,45 @@ def test_workers_load_error_reporting_and_main_side_modules_only_when_needed():
         view[0] = ord("L")
         assert data == b"Lent"
         assert pool.submit(import_helpers.loaded, ("interpexec._shared",)).result() == (True,)
+
+
+@pytest.mark.timeout(60)
+def test_workers_skip_the_pool_side_of_compat_until_a_task_reaches_it():
+    """A worker does not define ``_compat``'s pool side (about 20 KiB of code per
+    worker); a task that reaches any of it gets all of it, working, bound to
+    ``_compat``'s own state."""
+    with interpexec.InterpreterPoolExecutor(1) as pool:
+        assert pool.submit(import_helpers.pool_side_defined).result() == []
+        assert pool.submit(import_helpers.use_pool_side).result() == {
+            "missing": [],
+            "foreign": [],
+            "state": [True, True, 1, False],
+            "tracing": False,
+            "outer": 0,
+            "exc": "T",
+        }
+        assert pool.submit(import_helpers.pool_side_defined).result() == list(_compat._POOL_SIDE_NAMES)
+    with interpexec.InterpreterPoolExecutor(1) as pool:  # (a fresh worker: its first use is an import)
+        assert pool.submit(import_helpers.import_the_executor).result() == "InterpreterPoolExecutor"
+        assert pool.submit(import_helpers.pool_side_defined).result() == list(_compat._POOL_SIDE_NAMES)
+        assert pool.submit(abs, -5).result() == 5
+
+
+def test_the_pool_side_list_names_what_the_pool_side_defines():
+    """``_POOL_SIDE_NAMES`` is what ``if _POOL_SIDE:`` binds: a name missing from
+    it would be undefined in a worker for good, an extra one a KeyError there."""
+    tree = ast.parse(open(_compat.__file__).read())
+    bound = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "_POOL_SIDE":
+            for each in node.body:
+                if isinstance(each, (ast.FunctionDef, ast.ClassDef)):
+                    bound.add(each.name)
+                elif isinstance(each, (ast.Assign, ast.AnnAssign)):
+                    targets = each.targets if isinstance(each, ast.Assign) else [each.target]
+                    bound.update(t.id for t in targets if isinstance(t, ast.Name))
+    assert bound and sorted(bound) == sorted(_compat._POOL_SIDE_NAMES)
+    assert len(set(_compat._POOL_SIDE_NAMES)) == len(_compat._POOL_SIDE_NAMES)
 
 
 @pytest.mark.timeout(60)
