@@ -151,7 +151,7 @@ def _define_pool_side(names):  # type: (dict[str, Any]) -> None
     ``_mitigated``, is this module's; the scratch copies of everything else
     are dropped).  All at once, in one ``update``: a function found there
     finds the others it calls."""
-    scratch = {
+    scratch = {  # type: dict[str, Any]
         "__name__": __name__,
         "__package__": __package__,
         "__spec__": __spec__,
@@ -162,7 +162,7 @@ def _define_pool_side(names):  # type: (dict[str, Any]) -> None
     loader = __spec__.loader  # type: Any
     exec(loader.get_code(__name__), scratch)
     function = type(_define_pool_side)  # type: Any
-    defined = {}
+    defined = {}  # type: dict[str, Any]
     for name in _POOL_SIDE_NAMES:
         value = scratch[name]
         if type(value) is function:
