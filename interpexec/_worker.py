@@ -185,7 +185,10 @@ class Worker:
         try:
             interp_id = _compat.create_interpreter()
         except Exception as exc:  # reported as the worker's failure
-            return EXIT_INIT_FAILED, f"could not create an interpreter: {exc!r}"
+            # (CPython's "interpreter creation failed" carries the reason as its
+            # cause or context: too many open files, say.)
+            why = exc.__cause__ or exc.__context__
+            return EXIT_INIT_FAILED, f"could not create an interpreter: {exc!r}" + (f" ({why!r})" if why else "")
         self.interp_id = interp_id
         holding: tuple[tuple[int, int], ...] = ()  # (queue id, items) for queues holding items it put
         reason = EXIT_INIT_FAILED

@@ -38,6 +38,25 @@ def test_max_tasks_per_child_recycles_interpreters_without_losing_work():
         assert stats["completed"] >= 60
 
 
+@pytest.mark.timeout(60)
+def test_a_failed_interpreter_creation_says_why(monkeypatch):
+    """CPython's "interpreter creation failed" carries its reason only as the
+    error's cause: the broken pool's message names it."""
+    from interpexec import _compat
+
+    def fail_to_create() -> int:
+        try:
+            raise OSError(24, "Too many open files")
+        except OSError as exc:
+            raise _compat.InterpreterError("interpreter creation failed") from exc
+
+    monkeypatch.setattr(_compat, "create_interpreter", fail_to_create)
+    with InterpreterPoolExecutor(1) as ex:
+        error = ex.submit(abs, -1).exception(timeout=30)
+    assert isinstance(error, interpexec.BrokenInterpreterPool)
+    assert "interpreter creation failed" in str(error) and "Too many open files" in str(error), str(error)
+
+
 @pytest.mark.timeout(30)
 def test_idle_workers_release_their_interpreters_and_come_back():
     import _interpreters
