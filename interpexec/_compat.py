@@ -1,29 +1,28 @@
-"""The one module that touches CPython's private interpreter APIs.
-
-``_interpreters`` and ``_interpqueues`` are private and change between releases.
-Everything else in interpexec goes through the small, stable surface below.
-
-Differences hidden here (checked against each branch's ``Modules/_interpretersmodule.c``
-and ``Modules/_interpqueuesmodule.c``):
-
-* 3.13: ``_interpqueues.create(maxsize, fmt, unboundop)``, ``put(qid, obj, fmt,
-  unboundop)``, ``get(qid) -> (obj, fmt, unboundop)``.  ``fmt`` 0 means "shareable
-  objects only"; an unshareable object raises ``NotShareableError`` and an int
-  beyond 64 bits raises ``OverflowError``.
-* 3.14 and 3.15: ``create(maxsize, unboundop, fallback)``, ``put(qid, obj,
-  unboundop)``, ``get(qid) -> (obj, unboundop)``; unshareable objects fall back to
-  pickle inside the queue (interpexec never relies on that: it decides itself).
-* 3.15: most functions are positional-only, so every call below is positional.
-* Getting from an empty queue raises the ``QueueEmpty`` class of the stdlib wrapper
-  (``test.support.interpreters`` on 3.13, ``concurrent.interpreters`` on 3.14+),
-  which the C module imports on first use; :func:`queue_get` returns a default
-  instead.  In the main interpreter this module registers classes of its own
-  with its first queue (:func:`_register_queue_errors`: a signal handler
-  inside that import crashes CPython).
-
-This module is imported inside worker interpreters too, so it stays small and
-imports nothing heavy.
-"""
+# The one module that touches CPython's private interpreter APIs.
+#
+# ``_interpreters`` and ``_interpqueues`` are private and change between releases.
+# Everything else in interpexec goes through the small, stable surface below.
+#
+# Differences hidden here (checked against each branch's ``Modules/_interpretersmodule.c``
+# and ``Modules/_interpqueuesmodule.c``):
+#
+# * 3.13: ``_interpqueues.create(maxsize, fmt, unboundop)``, ``put(qid, obj, fmt,
+#   unboundop)``, ``get(qid) -> (obj, fmt, unboundop)``.  ``fmt`` 0 means "shareable
+#   objects only"; an unshareable object raises ``NotShareableError`` and an int
+#   beyond 64 bits raises ``OverflowError``.
+# * 3.14 and 3.15: ``create(maxsize, unboundop, fallback)``, ``put(qid, obj,
+#   unboundop)``, ``get(qid) -> (obj, unboundop)``; unshareable objects fall back to
+#   pickle inside the queue (interpexec never relies on that: it decides itself).
+# * 3.15: most functions are positional-only, so every call below is positional.
+# * Getting from an empty queue raises the ``QueueEmpty`` class of the stdlib wrapper
+#   (``test.support.interpreters`` on 3.13, ``concurrent.interpreters`` on 3.14+),
+#   which the C module imports on first use; :func:`queue_get` returns a default
+#   instead.  In the main interpreter this module registers classes of its own
+#   with its first queue (:func:`_register_queue_errors`: a signal handler
+#   inside that import crashes CPython).
+#
+# This module is imported inside worker interpreters too, so it stays small and
+# imports nothing heavy.
 
 import _interpqueues
 import _interpreters
@@ -145,12 +144,12 @@ _POOL_SIDE_NAMES = (
 
 
 def _define_pool_side(names):  # type: (dict[str, Any]) -> None
-    """Define :data:`_POOL_SIDE_NAMES` in a worker that skipped them: run this
-    module's code again in a scratch namespace that asks for them, then bind
-    its functions to this module's globals (their state, such as
-    ``_mitigated``, is this module's; the scratch copies of everything else
-    are dropped).  All at once, in one ``update``: a function found there
-    finds the others it calls."""
+    # Define :data:`_POOL_SIDE_NAMES` in a worker that skipped them: run this
+    # module's code again in a scratch namespace that asks for them, then bind
+    # its functions to this module's globals (their state, such as
+    # ``_mitigated``, is this module's; the scratch copies of everything else
+    # are dropped).  All at once, in one ``update``: a function found there
+    # finds the others it calls.
     scratch = {  # type: dict[str, Any]
         "__name__": __name__,
         "__package__": __package__,
@@ -177,16 +176,16 @@ def _define_pool_side(names):  # type: (dict[str, Any]) -> None
 
 
 class imports_during_exit:  # (used as a function: ``with imports_during_exit():``)
-    """Around an import of a ``concurrent.futures`` module that may first
-    happen during the program's exit (the first failed task or broken pool
-    then): ``concurrent.futures.process`` and ``.thread`` register an exit hook
-    with ``threading._register_atexit`` when imported, which raises once
-    threading's exit has begun, and the import failed.  Then the hook runs at
-    once instead, as it would have run at the exit's start: the module knows
-    the exit has begun (a pool of its own made later refuses work, as the
-    standard library's pools do during the exit; skipping the hook let one
-    run, and the exit then waited for its threads for ever).  Nested and
-    concurrent uses share one replacement (``_exit_import_depth``)."""
+    # Around an import of a ``concurrent.futures`` module that may first
+    # happen during the program's exit (the first failed task or broken pool
+    # then): ``concurrent.futures.process`` and ``.thread`` register an exit hook
+    # with ``threading._register_atexit`` when imported, which raises once
+    # threading's exit has begun, and the import failed.  Then the hook runs at
+    # once instead, as it would have run at the exit's start: the module knows
+    # the exit has begun (a pool of its own made later refuses work, as the
+    # standard library's pools do during the exit; skipping the hook let one
+    # run, and the exit then waited for its threads for ever).  Nested and
+    # concurrent uses share one replacement (``_exit_import_depth``).
 
     def __enter__(self):  # type: () -> None
         import threading
@@ -221,7 +220,7 @@ _saved_register = None  # type: Any
 
 
 def _run_now(func, *args, **kwargs):  # type: (Any, *Any, **Any) -> None
-    """``threading._register_atexit`` once the exit has begun: the hook runs now."""
+    # ``threading._register_atexit`` once the exit has begun: the hook runs now.
     func(*args, **kwargs)
 
 
@@ -475,7 +474,7 @@ if _POOL_SIDE:
 
 
 def destroy_interpreter(interp_id):  # type: (int) -> None
-    """Destroy an interpreter; it must not be running in any thread."""
+    # Destroy an interpreter; it must not be running in any thread.
     with _lifecycle_lock:
         _interpreters.destroy(interp_id)
 
@@ -489,7 +488,7 @@ def main_interpreter_id():  # type: () -> int
 
 
 class ExecFailure:
-    """An exception that escaped code run by :func:`run_string` (it cannot cross)."""
+    # An exception that escaped code run by :func:`run_string` (it cannot cross).
 
     __slots__ = ("message", "traceback", "type_name")
 
@@ -557,22 +556,22 @@ def queue_put(qid, obj):  # type: (int, Any) -> None
 
 
 def queue_get(qid, default=None):  # type: (int, Any) -> Any
-    """Return the next item of the queue, or ``default`` when it is empty.
-
-    The count is checked first: the error a get from an empty queue raises makes
-    the C module import its stdlib wrapper (``test.support.interpreters``, with
-    unittest and traceback, on 3.13; ``concurrent.interpreters`` on 3.14+), tens
-    of milliseconds and a few MB in every worker the first time it goes idle."""
+    # Return the next item of the queue, or ``default`` when it is empty.
+    #
+    # The count is checked first: the error a get from an empty queue raises makes
+    # the C module import its stdlib wrapper (``test.support.interpreters``, with
+    # unittest and traceback, on 3.13; ``concurrent.interpreters`` on 3.14+), tens
+    # of milliseconds and a few MB in every worker the first time it goes idle.
     if not _interpqueues.get_count(qid):
         return default
     return queue_get_counted(qid, default)
 
 
 def queue_get_counted(qid, default=None):  # type: (int, Any) -> Any
-    """:func:`queue_get` for a caller that has just found the queue not empty:
-    no second count (every call into the queue module takes its registry's
-    mutex, which all interpreters share).  Another taker may have emptied it
-    since."""
+    # :func:`queue_get` for a caller that has just found the queue not empty:
+    # no second count (every call into the queue module takes its registry's
+    # mutex, which all interpreters share).  Another taker may have emptied it
+    # since.
     try:
         return _interpqueues.get(qid)[0]
     except _queue.Empty:
@@ -587,9 +586,9 @@ def queue_get_counted(qid, default=None):  # type: (int, Any) -> Any
 
 
 def queue_take(qid, n, into):  # type: (int, int, deque[Any]) -> None
-    """Append the next ``n`` items of the queue (it holds ``n``) to ``into``, in one
-    C-level loop: no Python code runs between taking an item and storing it, so a
-    Ctrl-C cannot land in between and lose it."""
+    # Append the next ``n`` items of the queue (it holds ``n``) to ``into``, in one
+    # C-level loop: no Python code runs between taking an item and storing it, so a
+    # Ctrl-C cannot land in between and lose it.
     if _first is None:  # (an interpreter that imported the worker loop first)
         _bind_main_side(globals())
     into.extend(map(_first, map(_interpqueues.get, _repeat(qid, n))))
@@ -608,9 +607,9 @@ def queue_count(qid):  # type: (int) -> int
 
 
 def queue_count_if_open(qid):  # type: (int) -> int
-    """:func:`queue_count`, or 0 for a queue destroyed meanwhile: for a pool's
-    checks made without its locks, which may read a queue its pool closed a
-    moment ago (a destroyed queue holds nothing more to take)."""
+    # :func:`queue_count`, or 0 for a queue destroyed meanwhile: for a pool's
+    # checks made without its locks, which may read a queue its pool closed a
+    # moment ago (a destroyed queue holds nothing more to take).
     try:
         return int(_interpqueues.get_count(qid))
     except QueueNotFoundError:
@@ -622,8 +621,8 @@ def queue_is_full(qid):  # type: (int) -> bool
 
 
 def queue_bind(qid):  # type: (int) -> None
-    """Take a reference to the queue (from any interpreter); the queue is
-    destroyed when the last reference is released."""
+    # Take a reference to the queue (from any interpreter); the queue is
+    # destroyed when the last reference is released.
     _interpqueues.bind(qid)
 
 
@@ -635,9 +634,9 @@ def queue_release(qid):  # type: (int) -> None
 
 
 def queue_put_nowait(qid, obj):  # type: (int, Any) -> bool
-    """Put unless the queue is at its maxsize; False when it is full.  Checks first:
-    the error a put into a full queue raises makes CPython import its stdlib
-    wrapper module (35 ms in a 3.13 worker)."""
+    # Put unless the queue is at its maxsize; False when it is full.  Checks first:
+    # the error a put into a full queue raises makes CPython import its stdlib
+    # wrapper module (35 ms in a 3.13 worker).
     if _interpqueues.is_full(qid):
         return False
     try:
@@ -657,7 +656,7 @@ def queue_put_nowait(qid, obj):  # type: (int, Any) -> bool
 
 
 def queue_destroy(qid):  # type: (int) -> None
-    """Drop the queue (and anything still in it)."""
+    # Drop the queue (and anything still in it).
     try:
         _interpqueues.destroy(qid)
     except QueueNotFoundError:  # already gone: nothing to drop
@@ -666,8 +665,8 @@ def queue_destroy(qid):  # type: (int) -> None
 
 # ---------------------------------------------------------------- threads
 def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) -> None
-    """Raise ``exc`` asynchronously in a thread of the calling interpreter
-    (``PyThreadState_SetAsyncExc``; None cancels a pending one)."""
+    # Raise ``exc`` asynchronously in a thread of the calling interpreter
+    # (``PyThreadState_SetAsyncExc``; None cancels a pending one).
     try:
         import ctypes
     except ImportError:
@@ -684,8 +683,8 @@ def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) ->
 
 
 def start_thread(fn):  # type: (Any) -> Any
-    """Start a joinable, non-daemon thread without the threading module (which a
-    worker does not import for itself); returns a handle with ``join()``."""
+    # Start a joinable, non-daemon thread without the threading module (which a
+    # worker does not import for itself); returns a handle with ``join()``.
     return _thread.start_joinable_thread(fn, daemon=False)
 
 
@@ -729,16 +728,16 @@ if _POOL_SIDE:
 
 
 def thread_count():  # type: () -> int
-    """Threads of the calling interpreter besides its main one (``_thread._count``)."""
+    # Threads of the calling interpreter besides its main one (``_thread._count``).
     return int(_thread._count())
 
 
 def wrap_thread_starts(wrap):  # type: (Any) -> None
-    """Make every thread started from now on in this interpreter run
-    ``wrap(function)`` instead of ``function`` (``_thread.start_new_thread``,
-    ``start_new``, ``start_joinable_thread``, and ``threading``'s copy of the
-    last, if threading is already imported).  Called once per worker interpreter;
-    ``_thread`` is per interpreter, so nothing else is affected."""
+    # Make every thread started from now on in this interpreter run
+    # ``wrap(function)`` instead of ``function`` (``_thread.start_new_thread``,
+    # ``start_new``, ``start_joinable_thread``, and ``threading``'s copy of the
+    # last, if threading is already imported).  Called once per worker interpreter;
+    # ``_thread`` is per interpreter, so nothing else is affected.
     original_new = _thread.start_new_thread
     original_joinable = _thread.start_joinable_thread
 
@@ -764,8 +763,8 @@ if _POOL_SIDE:
 
 
 def is_main_thread():  # type: () -> bool
-    """True in the main thread of the main interpreter: the one thread Python
-    runs signal handlers in (so the one a Ctrl-C must wake)."""
+    # True in the main thread of the main interpreter: the one thread Python
+    # runs signal handlers in (so the one a Ctrl-C must wake).
     return _IN_MAIN_INTERPRETER and _thread.get_ident() == _thread._get_main_thread_ident()  # type: ignore[attr-defined]
 
 

@@ -1,66 +1,65 @@
-"""The messages that cross between the main interpreter and the workers.
-
-Both sides import this module, so every message kind has one name and one
-number here, and nothing else is ever sent: no source code, no strings to
-parse.  Every message is a tuple of natively shareable values (None, bool,
-int, float, str, bytes and tuples of them, see :mod:`interpexec._transport`),
-or one int (a task sent through its call cell, or one that returned None), so
-the queues never pickle anything themselves.
-
-Channels and their messages::
-
-  hand-off queue (one per worker; main -> worker once, then worker -> main once)
-      main puts    (control memoryview, WorkerSettings.to_wire())
-      worker puts  (EXIT, reason)             why serve() returned (EXIT_* below)
-
-  task channel (shared by the workers; main -> workers)
-      (tid, CALL,  fn, encoded (args, kwargs items), timeout or None)
-      (tid, CHUNK, fn, encoded argument columns,       timeout or None)
-      (tid, NAMED, module, qualname, timeout or None, *args)
-      tid       a NAMED message the dispatcher wrote into the task's call cell
-                (see _transport's control block), marshalled: a bare int
-      (0,   STOP)
-      fn: (module, qualname) for a function found by that name, else a pickle
-      NAMED: the common case, flat: a function found by name, called with a
-      few positional arguments that all cross natively
-
-  result channel (workers -> main)
-      tid                                      the task returned None: a bare int
-      (tid, VALUE,   value)                    a value that crosses natively, flat
-      (tid, OK,      encoded value)            any other; a CHUNK's value is a tuple of results
-      (tid, ERR,     packed exception)
-      (tid, TIMEOUT, seconds)                  from the watchdog, at the deadline
-      (tid, STOPPED, None)                     interrupted or skipped as asked
-      (-1,  EVENT,   worker slot, event, data) EV_* below
-
-  command channel (one per worker; main -> that worker's watchdog)
-      (INTERRUPT, tid)        stop task tid if it runs (one not started yet is
-                              skipped: the pool marks it in the control block,
-                              and the worker, before it starts a task, reads
-                              these itself if its watchdog has not yet)
-      (INTERRUPT, INIT_TID)   stop the initializer if it runs
-      (CMD_STOP,)             the watchdog ends (sent by the worker itself)
-
-The flat forms exist for speed: each tuple level a message has costs both
-interpreters an allocation, a conversion and (for the sender) a release call
-queued by the receiver; a flat message of a no-op call costs about a third less.
-A bare int needs no release call at all.  A task that returned None is one:
-the main interpreter queues no release into the worker, which the worker would
-contend for with the main interpreter's own (the main side keeps it as it
-is, an int, and reads it as ``(tid, VALUE, None)``: see ``Resolver._handle``).  A NAMED
-task dispatched beside others in flight is one too when its call cell is free
-and the message fits (``Dispatcher._in_cell``): on a busy machine the release
-call a tuple makes the main interpreter run when a worker takes it cost it
-about 1.5 us per task, a fifth of its share of a no-op; marshalling into the
-cell costs it about 0.2 us.
-
-Beside the messages, the one exception that is part of the worker side's
-vocabulary: :class:`Interrupted`, which the watchdog raises in a task to stop
-it and which the loop, and the code that packs a task's exception, let
-through (here, not in ``_errors``: a worker loads that only when a task fails).
-
-This module is imported inside every worker: it imports nothing.
-"""
+# The messages that cross between the main interpreter and the workers.
+#
+# Both sides import this module, so every message kind has one name and one
+# number here, and nothing else is ever sent: no source code, no strings to
+# parse.  Every message is a tuple of natively shareable values (None, bool,
+# int, float, str, bytes and tuples of them, see :mod:`interpexec._transport`),
+# or one int (a task sent through its call cell, or one that returned None), so
+# the queues never pickle anything themselves.
+#
+# Channels and their messages::
+#
+#   hand-off queue (one per worker; main -> worker once, then worker -> main once)
+#       main puts    (control memoryview, WorkerSettings.to_wire())
+#       worker puts  (EXIT, reason)             why serve() returned (EXIT_* below)
+#
+#   task channel (shared by the workers; main -> workers)
+#       (tid, CALL,  fn, encoded (args, kwargs items), timeout or None)
+#       (tid, CHUNK, fn, encoded argument columns,       timeout or None)
+#       (tid, NAMED, module, qualname, timeout or None, *args)
+#       tid       a NAMED message the dispatcher wrote into the task's call cell
+#                 (see _transport's control block), marshalled: a bare int
+#       (0,   STOP)
+#       fn: (module, qualname) for a function found by that name, else a pickle
+#       NAMED: the common case, flat: a function found by name, called with a
+#       few positional arguments that all cross natively
+#
+#   result channel (workers -> main)
+#       tid                                      the task returned None: a bare int
+#       (tid, VALUE,   value)                    a value that crosses natively, flat
+#       (tid, OK,      encoded value)            any other; a CHUNK's value is a tuple of results
+#       (tid, ERR,     packed exception)
+#       (tid, TIMEOUT, seconds)                  from the watchdog, at the deadline
+#       (tid, STOPPED, None)                     interrupted or skipped as asked
+#       (-1,  EVENT,   worker slot, event, data) EV_* below
+#
+#   command channel (one per worker; main -> that worker's watchdog)
+#       (INTERRUPT, tid)        stop task tid if it runs (one not started yet is
+#                               skipped: the pool marks it in the control block,
+#                               and the worker, before it starts a task, reads
+#                               these itself if its watchdog has not yet)
+#       (INTERRUPT, INIT_TID)   stop the initializer if it runs
+#       (CMD_STOP,)             the watchdog ends (sent by the worker itself)
+#
+# The flat forms exist for speed: each tuple level a message has costs both
+# interpreters an allocation, a conversion and (for the sender) a release call
+# queued by the receiver; a flat message of a no-op call costs about a third less.
+# A bare int needs no release call at all.  A task that returned None is one:
+# the main interpreter queues no release into the worker, which the worker would
+# contend for with the main interpreter's own (the main side keeps it as it
+# is, an int, and reads it as ``(tid, VALUE, None)``: see ``Resolver._handle``).  A NAMED
+# task dispatched beside others in flight is one too when its call cell is free
+# and the message fits (``Dispatcher._in_cell``): on a busy machine the release
+# call a tuple makes the main interpreter run when a worker takes it cost it
+# about 1.5 us per task, a fifth of its share of a no-op; marshalling into the
+# cell costs it about 0.2 us.
+#
+# Beside the messages, the one exception that is part of the worker side's
+# vocabulary: :class:`Interrupted`, which the watchdog raises in a task to stop
+# it and which the loop, and the code that packs a task's exception, let
+# through (here, not in ``_errors``: a worker loads that only when a task fails).
+#
+# This module is imported inside every worker: it imports nothing.
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
 if TYPE_CHECKING:
@@ -108,15 +107,15 @@ UNREPORTABLE = (None, "Exception", "<the exception could not be reported>", "", 
 
 
 def qualified_type_name(tp):  # type: (type) -> str
-    """An exception type's name as a packed exception carries it: qualified by
-    its module unless it is a builtin."""
+    # An exception type's name as a packed exception carries it: qualified by
+    # its module unless it is a builtin.
     return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
 
 
 def bare_report(exc):  # type: (BaseException) -> tuple[Any, ...]
-    """``exc`` packed as text only, its type's name and its message: what a
-    worker sends when ``_errors`` (the full packing) cannot load (the task broke
-    imports, no descriptor or memory is left).  Never raises but Interrupted."""
+    # ``exc`` packed as text only, its type's name and its message: what a
+    # worker sends when ``_errors`` (the full packing) cannot load (the task broke
+    # imports, no descriptor or memory is left).  Never raises but Interrupted.
     try:
         return (None, qualified_type_name(type(exc)), str(exc), "", None, None)
     except Interrupted:
@@ -150,7 +149,7 @@ EXIT_INIT_FAILED = 5  # the initializer failed (reported as EV_INIT_FAILED)
 
 
 class WorkerSettings:
-    """What a worker needs to know, sent as data over its hand-off queue."""
+    # What a worker needs to know, sent as data over its hand-off queue.
 
     __slots__ = (
         "commands",

@@ -1,19 +1,18 @@
-"""How tasks and results travel between the main interpreter and the workers.
-
-Two pieces, both usable from any interpreter (this module is imported inside the
-workers, so it imports nothing heavy):
-
-* :class:`Channel`: a cross-interpreter queue (``_interpqueues``, through
-  :mod:`interpexec._compat`) plus a wake-up pipe.  The sender puts an item, then
-  writes one byte; a receiver that finds the queue empty blocks in ``os.read`` on
-  the pipe (releasing its GIL) instead of sleeping and polling.
-* :func:`encode` / :func:`decode`: values that are natively shareable (None, bool,
-  int within 64 bits, float, str, bytes, and tuples of these) cross as they are,
-  with no pickling (``bytes`` is copied once, on receipt).  Everything else goes as
-  pickle protocol 5; out-of-band buffers (``bytearray``, ``PickleBuffer``s) travel
-  beside the pickle as memoryviews when the sender outlives the receiver (main to
-  worker), and as bytes otherwise.
-"""
+# How tasks and results travel between the main interpreter and the workers.
+#
+# Two pieces, both usable from any interpreter (this module is imported inside the
+# workers, so it imports nothing heavy):
+#
+# * :class:`Channel`: a cross-interpreter queue (``_interpqueues``, through
+#   :mod:`interpexec._compat`) plus a wake-up pipe.  The sender puts an item, then
+#   writes one byte; a receiver that finds the queue empty blocks in ``os.read`` on
+#   the pipe (releasing its GIL) instead of sleeping and polling.
+# * :func:`encode` / :func:`decode`: values that are natively shareable (None, bool,
+#   int within 64 bits, float, str, bytes, and tuples of these) cross as they are,
+#   with no pickling (``bytes`` is copied once, on receipt).  Everything else goes as
+#   pickle protocol 5; out-of-band buffers (``bytearray``, ``PickleBuffer``s) travel
+#   beside the pickle as memoryviews when the sender outlives the receiver (main to
+#   worker), and as bytes otherwise.
 
 import os
 import sys
@@ -36,8 +35,8 @@ _MAX_TUPLE = 4096  # longer tuples are pickled: checking them costs more than it
 
 
 def is_native(obj, _depth=0):  # type: (Any, int) -> bool
-    """True when ``obj`` crosses interpreters natively and comes out equal and of
-    the same type (exact types only: subclasses such as IntEnum are pickled)."""
+    # True when ``obj`` crosses interpreters natively and comes out equal and of
+    # the same type (exact types only: subclasses such as IntEnum are pickled).
     tp = type(obj)
     if tp in SCALARS:
         return True
@@ -60,8 +59,8 @@ _FLAT_OK = frozenset(SCALARS)
 
 
 def _flat_native(items):  # type: (tuple[Any, ...]) -> bool
-    """Like ``all(map(is_native, items))`` for long flat tuples, at C speed for the
-    common cases (one type check per item instead of a Python call)."""
+    # Like ``all(map(is_native, items))`` for long flat tuples, at C speed for the
+    # common cases (one type check per item instead of a Python call).
     kinds = set(map(type, items))
     if kinds <= _FLAT_OK:
         return True
@@ -72,9 +71,9 @@ def _flat_native(items):  # type: (tuple[Any, ...]) -> bool
 
 
 def encode_columns(columns, *, share_buffers):  # type: (tuple[tuple[Any, ...], ...], bool) -> Encoded
-    """Encode a tuple of equally long tuples (a map chunk's argument columns, or a
-    chunk's results as one column) without a per-item Python call when every
-    item is a shareable scalar."""
+    # Encode a tuple of equally long tuples (a map chunk's argument columns, or a
+    # chunk's results as one column) without a per-item Python call when every
+    # item is a shareable scalar.
     for col in columns:
         if not _flat_native(col):
             return encode(columns, share_buffers=share_buffers)
@@ -82,15 +81,15 @@ def encode_columns(columns, *, share_buffers):  # type: (tuple[tuple[Any, ...], 
 
 
 def encode_flat(items, *, share_buffers, snapshot=False):  # type: (tuple[Any, ...], bool, bool) -> Encoded
-    """Encode a flat tuple (a chunk's results) like :func:`encode_columns`."""
+    # Encode a flat tuple (a chunk's results) like :func:`encode_columns`.
     if _flat_native(items):
         return (NATIVE, items)
     return encode(items, share_buffers=share_buffers, snapshot=snapshot)
 
 
 def few_native_args(args):  # type: (tuple[Any, ...]) -> bool
-    """True for the common case of a few positional arguments that all cross
-    natively (checked without a Python call per scalar)."""
+    # True for the common case of a few positional arguments that all cross
+    # natively (checked without a Python call per scalar).
     if len(args) > 8:
         return False
     for a in args:
@@ -102,10 +101,10 @@ def few_native_args(args):  # type: (tuple[Any, ...]) -> bool
 
 
 def encode(obj, *, share_buffers, snapshot=False):  # type: (Any, bool, bool) -> Encoded
-    """Turn ``obj`` into a natively shareable tuple: as it is when it crosses
-    natively, else pickled (see :func:`interpexec._pickled.encode_pickled`,
-    loaded with the first value that needs it).  Raises whatever pickling
-    raises."""
+    # Turn ``obj`` into a natively shareable tuple: as it is when it crosses
+    # natively, else pickled (see :func:`interpexec._pickled.encode_pickled`,
+    # loaded with the first value that needs it).  Raises whatever pickling
+    # raises.
     if is_native(obj):
         return (NATIVE, obj)
     pickled = _encode_pickled
@@ -118,8 +117,8 @@ _encode_pickled = None  # type: Callable[[Any, bool, bool], Encoded] | None  # (
 
 
 def _load_pickled():  # type: () -> Callable[[Any, bool, bool], Encoded]
-    """Load the pickling half of encoding, once (an import statement per call
-    cost about as much as pickling a small dict)."""
+    # Load the pickling half of encoding, once (an import statement per call
+    # cost about as much as pickling a small dict).
     global _encode_pickled
     from ._pickled import encode_pickled
 
@@ -131,10 +130,10 @@ _TAKEN = object()  # type: Any  # (what Channel.drain's get returns from an empt
 
 
 def load_callable(ref):  # type: (bytes | tuple[str, str]) -> Any
-    """The callable a task names.  A ``(module, qualified name)`` reference (see
-    ``_pickling.encode_callable``) is looked up the way pickle looks up a global:
-    import the module, then each attribute of the dotted name; anything else is
-    a pickle (a callable sent by value, or one pickle could only reduce)."""
+    # The callable a task names.  A ``(module, qualified name)`` reference (see
+    # ``_pickling.encode_callable``) is looked up the way pickle looks up a global:
+    # import the module, then each attribute of the dotted name; anything else is
+    # a pickle (a callable sent by value, or one pickle could only reduce).
     if not isinstance(ref, tuple):
         return _compat.loads(ref)
     module, qualname = ref
@@ -162,11 +161,10 @@ def decode(enc):  # type: (Encoded) -> Any
 
 
 class Channel:
-    """A one-way cross-interpreter queue with a pipe for blocking wake-ups.
-
-    Construct it in the main interpreter, hand ``spec()`` to a worker and rebuild
-    it there with ``Channel.from_spec``.  Only the creator closes it.
-    """
+    # A one-way cross-interpreter queue with a pipe for blocking wake-ups.
+    #
+    # Construct it in the main interpreter, hand ``spec()`` to a worker and rebuild
+    # it there with ``Channel.from_spec``.  Only the creator closes it.
 
     __slots__ = ("_owner", "qid", "rfd", "wfd")
 
@@ -198,13 +196,13 @@ class Channel:
             notify(self.wfd)
 
     def get_nowait(self, default=None):  # type: (Any) -> Any
-        """Return the next item, or ``default`` when there is none."""
+        # Return the next item, or ``default`` when there is none.
         return _compat.queue_get(self.qid, default)
 
     def drain(self):  # type: () -> list[Any]
-        """Take every item now queued (checking the count first is much cheaper than
-        the exception an empty get raises).  Another thread may take some of them
-        meanwhile (a worker's loop and its watchdog both read its commands)."""
+        # Take every item now queued (checking the count first is much cheaper than
+        # the exception an empty get raises).  Another thread may take some of them
+        # meanwhile (a worker's loop and its watchdog both read its commands).
         qid = self.qid
         out: list[Any] = []
         while n := _compat.queue_count(qid):
@@ -306,13 +304,13 @@ NCELLS_MAX = 4096  # (1 MiB of cells at most)
 
 
 class ControlLayout:
-    """Offsets into the control block for ``slots`` worker slots (more slots than
-    workers: a retired worker keeps its slot until its thread ends).
-
-    The per-task entries have ``nslots`` slots, ``tid % nslots``: a collision (two
-    tasks in flight at once on one slot) only costs a waiter its shortcut, so a
-    few times the window suffices, and a small pool's block stays a few KB (the
-    block is zero-filled memory of the main interpreter: 4096 slots were 96 KB)."""
+    # Offsets into the control block for ``slots`` worker slots (more slots than
+    # workers: a retired worker keeps its slot until its thread ends).
+    #
+    # The per-task entries have ``nslots`` slots, ``tid % nslots``: a collision (two
+    # tasks in flight at once on one slot) only costs a waiter its shortcut, so a
+    # few times the window suffices, and a small pool's block stays a few KB (the
+    # block is zero-filled memory of the main interpreter: 4096 slots were 96 KB).
 
     __slots__ = (
         "asleep",

@@ -1,31 +1,30 @@
-"""Wake-ups: the one way a blocked thread of interpexec is woken.
-
-Every blocking wait in interpexec blocks on the read end of a pipe (an OS
-primitive any interpreter can use, watched with ``poll``, which has no limit on
-descriptor numbers) and is woken by one byte written to the other end:
-
-* a worker waiting for tasks, and the resolver waiting for results
-  (:class:`interpexec._transport.Channel`; wake-only-if-asleep through the
-  control block: a sender writes only when the receiver published that it sleeps
-  and no byte is pending);
-* a thread blocked in ``Future.result()``, and an event loop awaiting a call
-  (:meth:`interpexec._waiting.Waiting.watch`: a pipe registered for one task;
-  only the worker finishing that task writes, and only while it is registered);
-* a task or thread blocked in :class:`interpexec.Queue` ``get``/``put`` (a pipe
-  per queue direction; every put/get writes, since sleepers sit in any interpreter).
-
-:func:`notify` writes (a full pipe means a wake-up is pending anyway; a closed
-one that nobody waits on any more), :func:`drain` reads what is pending,
-:func:`wait` blocks until readable or a deadline.  The pipes lent to waiters come
-from one free list (:func:`borrow` / :func:`give_back`): a worker may still write
-to a pipe just after its waiter stopped waiting, and a closed descriptor number
-can be reused for an unrelated file, so a pipe is not closed while any pool has
-workers, but kept for the next waiter (a stale byte costs at most one spurious
-wake-up, which every reader tolerates); the last pool to close calls
-:func:`close_free`.  Only the main interpreter borrows and gives back.
-
-This module is imported inside the workers: it imports nothing heavy.
-"""
+# Wake-ups: the one way a blocked thread of interpexec is woken.
+#
+# Every blocking wait in interpexec blocks on the read end of a pipe (an OS
+# primitive any interpreter can use, watched with ``poll``, which has no limit on
+# descriptor numbers) and is woken by one byte written to the other end:
+#
+# * a worker waiting for tasks, and the resolver waiting for results
+#   (:class:`interpexec._transport.Channel`; wake-only-if-asleep through the
+#   control block: a sender writes only when the receiver published that it sleeps
+#   and no byte is pending);
+# * a thread blocked in ``Future.result()``, and an event loop awaiting a call
+#   (:meth:`interpexec._waiting.Waiting.watch`: a pipe registered for one task;
+#   only the worker finishing that task writes, and only while it is registered);
+# * a task or thread blocked in :class:`interpexec.Queue` ``get``/``put`` (a pipe
+#   per queue direction; every put/get writes, since sleepers sit in any interpreter).
+#
+# :func:`notify` writes (a full pipe means a wake-up is pending anyway; a closed
+# one that nobody waits on any more), :func:`drain` reads what is pending,
+# :func:`wait` blocks until readable or a deadline.  The pipes lent to waiters come
+# from one free list (:func:`borrow` / :func:`give_back`): a worker may still write
+# to a pipe just after its waiter stopped waiting, and a closed descriptor number
+# can be reused for an unrelated file, so a pipe is not closed while any pool has
+# workers, but kept for the next waiter (a stale byte costs at most one spurious
+# wake-up, which every reader tolerates); the last pool to close calls
+# :func:`close_free`.  Only the main interpreter borrows and gives back.
+#
+# This module is imported inside the workers: it imports nothing heavy.
 
 import os
 import select
@@ -71,8 +70,8 @@ _out = set()  # type: set[Pipe]  # pipes out through try_borrow (a soft bound: r
 
 
 def new_pipe():  # type: () -> Pipe
-    """A pipe whose ends never block: a full pipe means a wake-up is pending, and
-    a reader waits with :func:`wait` (or its own ``poll``) before it reads."""
+    # A pipe whose ends never block: a full pipe means a wake-up is pending, and
+    # a reader waits with :func:`wait` (or its own ``poll``) before it reads.
     r, w = os.pipe()
     os.set_blocking(r, False)
     os.set_blocking(w, False)
@@ -80,7 +79,7 @@ def new_pipe():  # type: () -> Pipe
 
 
 def notify(fd):  # type: (int) -> None
-    """Write one wake-up byte."""
+    # Write one wake-up byte.
     try:
         os.write(fd, b"\0")
     except OSError:
@@ -88,8 +87,8 @@ def notify(fd):  # type: (int) -> None
 
 
 def drain(fd):  # type: (int) -> int
-    """Read every pending wake-up byte (the read end must not block); returns
-    how many there were."""
+    # Read every pending wake-up byte (the read end must not block); returns
+    # how many there were.
     n = 0
     try:
         while chunk := len(os.read(fd, 4096)):
@@ -102,23 +101,23 @@ def drain(fd):  # type: (int) -> int
 
 
 def wait(fd, deadline, *, interruptible=False, own_wfd=-1):  # type: (int, float | None, bool, int) -> bool
-    """Block until ``fd`` is readable (True) or ``time.monotonic()`` passes
-    ``deadline`` (False; None waits for ever).  With ``interruptible``, the
-    calling thread's interrupt pipe is watched too, so that an exception the
-    watchdog raised in it fires at once.
-
-    In the main thread a signal (Ctrl-C) always ends the wait: its handler runs
-    (and a KeyboardInterrupt propagates) even when the signal arrives just
-    before ``poll`` blocks.  A signal's C handler only sets a flag that the main
-    thread checks between bytecodes, so one landing after the last check is
-    noticed only once the blocking call returns (CPython's own lock waits have
-    the same race: a Ctrl-C could wait out every queued task).  A pipe installed
-    as the signal wake-up descriptor for the duration of the wait closes the
-    race: the handler also writes a byte, and ``poll`` sees it.  ``own_wfd``,
-    the write end of ``fd``'s pipe when no other thread reads that pipe, serves
-    (a signal is then a spurious wake-up, which the caller re-checks anyway);
-    else a spare pipe is borrowed.  When another descriptor is installed (an
-    event loop's) it stays, and the wait relies on EINTR alone."""
+    # Block until ``fd`` is readable (True) or ``time.monotonic()`` passes
+    # ``deadline`` (False; None waits for ever).  With ``interruptible``, the
+    # calling thread's interrupt pipe is watched too, so that an exception the
+    # watchdog raised in it fires at once.
+    #
+    # In the main thread a signal (Ctrl-C) always ends the wait: its handler runs
+    # (and a KeyboardInterrupt propagates) even when the signal arrives just
+    # before ``poll`` blocks.  A signal's C handler only sets a flag that the main
+    # thread checks between bytecodes, so one landing after the last check is
+    # noticed only once the blocking call returns (CPython's own lock waits have
+    # the same race: a Ctrl-C could wait out every queued task).  A pipe installed
+    # as the signal wake-up descriptor for the duration of the wait closes the
+    # race: the handler also writes a byte, and ``poll`` sees it.  ``own_wfd``,
+    # the write end of ``fd``'s pipe when no other thread reads that pipe, serves
+    # (a signal is then a spurious wake-up, which the caller re-checks anyway);
+    # else a spare pipe is borrowed.  When another descriptor is installed (an
+    # event loop's) it stays, and the wait relies on EINTR alone.
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     intr = INTERRUPT_FDS.get(_compat.get_ident(), -1) if interruptible and INTERRUPT_FDS else -1
@@ -181,8 +180,8 @@ def _poll(poller, fd, intr, sig, deadline):  # type: (select.poll, int, int, int
 
 
 def borrow():  # type: () -> Pipe
-    """A pipe from the free list (or a new one); raises OSError when none can be
-    made.  Give it back with :func:`give_back`, never close it."""
+    # A pipe from the free list (or a new one); raises OSError when none can be
+    # made.  Give it back with :func:`give_back`, never close it.
     try:
         return _free.pop()
     except IndexError:
@@ -190,9 +189,9 @@ def borrow():  # type: () -> Pipe
 
 
 def try_borrow():  # type: () -> Pipe | None
-    """Like :func:`borrow` for a wake-up shortcut: None when :data:`MAX_LENT`
-    pipes are out already or no descriptor is left (the caller then waits the
-    slower way)."""
+    # Like :func:`borrow` for a wake-up shortcut: None when :data:`MAX_LENT`
+    # pipes are out already or no descriptor is left (the caller then waits the
+    # slower way).
     if len(_out) >= MAX_LENT:
         return None
     try:
@@ -207,27 +206,27 @@ def try_borrow():  # type: () -> Pipe | None
 
 
 def lent():  # type: () -> list[Pipe]
-    """The pipes out through :func:`try_borrow` now."""
+    # The pipes out through :func:`try_borrow` now.
     return list(_out)
 
 
 def give_back(pipe):  # type: (Pipe) -> None
-    """Return a pipe to the free list, with nothing pending in it."""
+    # Return a pipe to the free list, with nothing pending in it.
     drain(pipe[0])
     _out.discard(pipe)
     _free.append(pipe)
 
 
 def forget_after_fork():  # type: () -> None
-    """In a forked child: close its copies of the spare pipes and forget the
-    lent ones (the threads that borrowed them exist only in the parent)."""
+    # In a forked child: close its copies of the spare pipes and forget the
+    # lent ones (the threads that borrowed them exist only in the parent).
     close_free()
     _out.clear()
 
 
 def close_free():  # type: () -> None
-    """Close the pipes on the free list.  Only when no worker of any pool exists
-    any more (none can write to them then): the last pool to close calls it."""
+    # Close the pipes on the free list.  Only when no worker of any pool exists
+    # any more (none can write to them then): the last pool to close calls it.
     while True:
         try:
             r, w = _free.pop()

@@ -1,30 +1,29 @@
-"""Deadlines and interrupts inside a worker interpreter.
-
-Beside each worker's task loop runs a watchdog thread in the same interpreter.
-It blocks on the worker's command channel (and, while a task with a deadline
-runs, until that deadline).  To stop a running task it raises
-:class:`Interrupted` in the loop's thread with ``PyThreadState_SetAsyncExc``,
-which acts on the threads of the calling interpreter only: so the watchdog must
-live in the worker's own interpreter.
-
-At a deadline the watchdog fails the task's future at once (a TIMEOUT message)
-and retires its worker: the pool starts a replacement right away, and the old
-worker ends whenever the call returns, so a task stuck in C costs no capacity.
-An interrupted task that has not returned to Python ``grace`` seconds later is
-reported stuck (EV_STUCK) and its worker retired the same way.
-
-One asynchronous exception is not always enough to stop a task.  Python
-swallows an exception raised inside a weakref callback or a ``__del__``, and
-that is where one can land (say, while an import cleans up its module lock):
-the worker's unraisable hook sees it and the watchdog raises it again at once.
-User code may also catch it (or run a long ``finally``): the task gets
-``grace`` seconds to unwind, as documented; a task still running then is
-reported stuck (its worker replaced) and the exception is raised again at
-growing intervals (:data:`REFIRE_FIRST` doubling up to :data:`REFIRE_MAX`)
-until it ends, so that its thread, and the process, can end.
-
-Imported inside every worker: standard library only, and little of it.
-"""
+# Deadlines and interrupts inside a worker interpreter.
+#
+# Beside each worker's task loop runs a watchdog thread in the same interpreter.
+# It blocks on the worker's command channel (and, while a task with a deadline
+# runs, until that deadline).  To stop a running task it raises
+# :class:`Interrupted` in the loop's thread with ``PyThreadState_SetAsyncExc``,
+# which acts on the threads of the calling interpreter only: so the watchdog must
+# live in the worker's own interpreter.
+#
+# At a deadline the watchdog fails the task's future at once (a TIMEOUT message)
+# and retires its worker: the pool starts a replacement right away, and the old
+# worker ends whenever the call returns, so a task stuck in C costs no capacity.
+# An interrupted task that has not returned to Python ``grace`` seconds later is
+# reported stuck (EV_STUCK) and its worker retired the same way.
+#
+# One asynchronous exception is not always enough to stop a task.  Python
+# swallows an exception raised inside a weakref callback or a ``__del__``, and
+# that is where one can land (say, while an import cleans up its module lock):
+# the worker's unraisable hook sees it and the watchdog raises it again at once.
+# User code may also catch it (or run a long ``finally``): the task gets
+# ``grace`` seconds to unwind, as documented; a task still running then is
+# reported stuck (its worker replaced) and the exception is raised again at
+# growing intervals (:data:`REFIRE_FIRST` doubling up to :data:`REFIRE_MAX`)
+# until it ends, so that its thread, and the process, can end.
+#
+# Imported inside every worker: standard library only, and little of it.
 
 import os
 import select
@@ -68,7 +67,7 @@ SKIPPED_MAX = 1024
 
 
 class TaskState:
-    """What the loop and the watchdog share, guarded by ``lock``."""
+    # What the loop and the watchdog share, guarded by ``lock``.
 
     def __init__(self, control=None, stop_tids=0, nslots=1):  # type: (Any, int, int) -> None
         self.control = control  # the control block (int64 view), where its
@@ -99,9 +98,9 @@ class TaskState:
         self.thread_id = get_ident()
 
     def begin(self, tid, timeout):  # type: (int, float | None) -> bool
-        """Mark task ``tid`` running; False if it was interrupted while queued
-        (the initializer, INIT_TID: before it began, as terminate_workers()
-        does to a worker still starting)."""
+        # Mark task ``tid`` running; False if it was interrupted while queued
+        # (the initializer, INIT_TID: before it began, as terminate_workers()
+        # does to a worker still starting).
         with self.lock:
             if tid > 0 or tid == INIT_TID:
                 if tid > 0 and self.control is not None and self.control[self.stop_tids + tid % self.nslots] == tid:
@@ -118,8 +117,8 @@ class TaskState:
         return True
 
     def note_interrupt(self, target):  # type: (int) -> bool
-        """Record an interrupt request for a task that is not the one running
-        (call with ``lock`` held); False if it is the running one."""
+        # Record an interrupt request for a task that is not the one running
+        # (call with ``lock`` held); False if it is the running one.
         if self.tid == target:
             return False
         skipped = self.skipped
@@ -129,11 +128,11 @@ class TaskState:
         return True
 
     def _take_interrupts(self):  # type: () -> None
-        """In the loop's thread, about to start a task: take the queued commands,
-        record the interrupt requests, and put the others back for the watchdog
-        (with ``lock`` held; the watchdog records what it takes under it too, so
-        only a request it has taken and not yet recorded can miss this start:
-        it then stops the task as it would a running one)."""
+        # In the loop's thread, about to start a task: take the queued commands,
+        # record the interrupt requests, and put the others back for the watchdog
+        # (with ``lock`` held; the watchdog records what it takes under it too, so
+        # only a request it has taken and not yet recorded can miss this start:
+        # it then stops the task as it would a running one).
         assert self.commands is not None
         others = []
         for cmd in self.commands.drain():
@@ -146,19 +145,19 @@ class TaskState:
 
 
 def interrupted_report(state, tid):  # type: (TaskState, int) -> tuple[Any, ...]
-    """What the loop reports for task ``tid`` stopped by an Interrupted: TIMEOUT
-    again if its deadline passed (the watchdog's own TIMEOUT may be delivered
-    after this report by another thread, and the future must fail with
-    TimeoutError, not end cancelled), else STOPPED."""
+    # What the loop reports for task ``tid`` stopped by an Interrupted: TIMEOUT
+    # again if its deadline passed (the watchdog's own TIMEOUT may be delivered
+    # after this report by another thread, and the future must fail with
+    # TimeoutError, not end cancelled), else STOPPED.
     if state.timed_out == tid:
         return (tid, TIMEOUT, state.timeout)
     return (tid, STOPPED, None)
 
 
 def _unraisable(exc, message):  # type: (BaseException, str) -> None
-    """Report ``exc`` through ``sys.unraisablehook``; never raises (the
-    watchdog must live on).  CPython's own hook accepts only its own argument
-    type, which Python code cannot make: what a hook refuses goes to stderr."""
+    # Report ``exc`` through ``sys.unraisablehook``; never raises (the
+    # watchdog must live on).  CPython's own hook accepts only its own argument
+    # type, which Python code cannot make: what a hook refuses goes to stderr.
     try:
         sys.unraisablehook(_UnraisableArgs(exc, message))  # type: ignore[arg-type]
         return
@@ -171,7 +170,7 @@ def _unraisable(exc, message):  # type: (BaseException, str) -> None
 
 
 class _UnraisableArgs:
-    """What ``sys.unraisablehook`` expects (as ``sys.UnraisableHookArgs``)."""
+    # What ``sys.unraisablehook`` expects (as ``sys.UnraisableHookArgs``).
 
     def __init__(self, exc, message):  # type: (BaseException, str) -> None
         self.exc_type, self.exc_value, self.exc_traceback = type(exc), exc, exc.__traceback__
@@ -179,15 +178,14 @@ class _UnraisableArgs:
 
 
 def finish_task(state):  # type: (TaskState) -> None
-    """Mark the task over, so the watchdog raises nothing more, and cancel an
-    Interrupted it set but that has not surfaced yet.
-
-    The watchdog raises at most one Interrupted per task, only while holding
-    ``state.lock`` and only while ``state.tid`` is set.  That exception can
-    surface at any bytecode boundary, including the moment ``acquire()`` below
-    returns: then it propagates with the lock held, and the caller catches it and
-    calls this again, which first releases what this thread still holds.
-    """
+    # Mark the task over, so the watchdog raises nothing more, and cancel an
+    # Interrupted it set but that has not surfaced yet.
+    #
+    # The watchdog raises at most one Interrupted per task, only while holding
+    # ``state.lock`` and only while ``state.tid`` is set.  That exception can
+    # surface at any bytecode boundary, including the moment ``acquire()`` below
+    # returns: then it propagates with the lock held, and the caller catches it and
+    # calls this again, which first releases what this thread still holds.
     lock = state.lock
     while lock._is_owned():  # type: ignore[attr-defined]
         lock.release()
@@ -206,7 +204,7 @@ def finish_task(state):  # type: (TaskState) -> None
 
 
 class Watchdog:
-    """Enforces deadlines and interrupt requests for one worker's running task."""
+    # Enforces deadlines and interrupt requests for one worker's running task.
 
     def __init__(self, state, commands, results, index, grace, interrupt_wfd):  # type: (TaskState, Channel, Channel, int, float, int) -> None
         self.interrupt_wfd = interrupt_wfd
@@ -226,7 +224,7 @@ class Watchdog:
         self.handle = _compat.start_thread(self._run)
 
     def poke(self):  # type: () -> None
-        """Make the watchdog re-read the task state (a task with a deadline started)."""
+        # Make the watchdog re-read the task state (a task with a deadline started).
         self.commands.put((0, 0))
 
     def stop(self):  # type: () -> None
@@ -234,8 +232,8 @@ class Watchdog:
         self.handle.join()
 
     def _fire(self, now):  # type: (float) -> None
-        """Raise Interrupted in the task's thread (call with ``state.lock`` held,
-        while ``state.tid`` is the task to stop)."""
+        # Raise Interrupted in the task's thread (call with ``state.lock`` held,
+        # while ``state.tid`` is the task to stop).
         st = self.state
         if not st.fired:
             st.fired = True
@@ -255,8 +253,8 @@ class Watchdog:
             notify(self.interrupt_wfd)  # wakes a task blocked in an interpexec.Queue
 
     def _timed_out(self, st):  # type: (TaskState) -> None
-        """The running task passed its deadline: fail its future now, even if it
-        is stuck in a C call, and have the pool replace this worker at once."""
+        # The running task passed its deadline: fail its future now, even if it
+        # is stuck in a C call, and have the pool replace this worker at once.
         if st.tid == INIT_TID:
             exc = TimeoutError(f"the initializer ran longer than the pool's task_timeout of {st.timeout} s")
             try:
@@ -289,7 +287,7 @@ class Watchdog:
                     return
 
     def _step(self, poller):  # type: (Any) -> bool
-        """Wait for the next command or deadline and act on it; True to stop."""
+        # Wait for the next command or deadline and act on it; True to stop.
         st, commands = self.state, self.commands
         with st.lock:
             now = time.monotonic()

@@ -1,17 +1,16 @@
-"""What a worker interpreter sets up around the tasks it runs.
-
-* :class:`MainFixup`: functions and classes defined in the parent's ``__main__``
-  resolve (the parent's script is re-run once as ``__mp_main__``, as
-  multiprocessing's spawn does, by ``_worker_script``, loaded then).
-* :class:`LogForwarder`: ``logging`` records emitted by tasks reach the parent's
-  handlers; installed (from ``_worker_log``, loaded then) the moment task code
-  first imports ``logging``, so even the first task's records are forwarded.
-* :class:`ThreadTracker`: threads that tasks start are counted, so that the worker
-  can wait for them (on a lock, not by polling) before its interpreter is
-  destroyed, and name the ones left behind.
-
-Imported inside every worker: standard library only, and little of it.
-"""
+# What a worker interpreter sets up around the tasks it runs.
+#
+# * :class:`MainFixup`: functions and classes defined in the parent's ``__main__``
+#   resolve (the parent's script is re-run once as ``__mp_main__``, as
+#   multiprocessing's spawn does, by ``_worker_script``, loaded then).
+# * :class:`LogForwarder`: ``logging`` records emitted by tasks reach the parent's
+#   handlers; installed (from ``_worker_log``, loaded then) the moment task code
+#   first imports ``logging``, so even the first task's records are forwarded.
+# * :class:`ThreadTracker`: threads that tasks start are counted, so that the worker
+#   can wait for them (on a lock, not by polling) before its interpreter is
+#   destroyed, and name the ones left behind.
+#
+# Imported inside every worker: standard library only, and little of it.
 
 import os
 import sys
@@ -26,13 +25,12 @@ if TYPE_CHECKING:
 
 
 class MainFixup:
-    """Lets functions and classes defined in the parent's ``__main__`` resolve.
-
-    Mirrors multiprocessing's spawn: the parent's main script (or ``-m`` module) is
-    run once, lazily, under the name ``__mp_main__`` (so its
-    ``if __name__ == "__main__":`` block does not run) and installed as
-    ``sys.modules["__main__"]``.
-    """
+    # Lets functions and classes defined in the parent's ``__main__`` resolve.
+    #
+    # Mirrors multiprocessing's spawn: the parent's main script (or ``-m`` module) is
+    # run once, lazily, under the name ``__mp_main__`` (so its
+    # ``if __name__ == "__main__":`` block does not run) and installed as
+    # ``sys.modules["__main__"]``.
 
     def __init__(self, main_path, main_name):  # type: (str | None, str | None) -> None
         self.main_path = main_path
@@ -51,10 +49,10 @@ class MainFixup:
 
 
 class LogForwarder:
-    """Sends ``logging`` records emitted inside this worker to the caller, whose
-    own handlers then handle them.  A worker that never logs never imports
-    ``logging``: :meth:`arm` installs the handler when ``logging`` is first
-    imported (or at once, if it already is)."""
+    # Sends ``logging`` records emitted inside this worker to the caller, whose
+    # own handlers then handle them.  A worker that never logs never imports
+    # ``logging``: :meth:`arm` installs the handler when ``logging`` is first
+    # imported (or at once, if it already is).
 
     def __init__(self, results, index, level):  # type: (Channel, int, int) -> None
         self.results = results
@@ -78,8 +76,8 @@ class LogForwarder:
 
 
 class _ImportHook:
-    """A meta path finder that calls ``then()`` right after module ``name`` has
-    been executed, then steps aside."""
+    # A meta path finder that calls ``then()`` right after module ``name`` has
+    # been executed, then steps aside.
 
     def __init__(self, name, then):  # type: (str, Any) -> None
         self.name = name
@@ -98,11 +96,11 @@ class _ImportHook:
 
 
 class ThreadTracker:
-    """Counts the threads started in this interpreter (by tasks: the watchdog
-    starts before tracking does) and lets the worker wait until they have ended.
-
-    ``idle`` is held while any tracked thread runs; waiting is an acquire with a
-    timeout on it, so nothing polls."""
+    # Counts the threads started in this interpreter (by tasks: the watchdog
+    # starts before tracking does) and lets the worker wait until they have ended.
+    #
+    # ``idle`` is held while any tracked thread runs; waiting is an acquire with a
+    # timeout on it, so nothing polls.
 
     def __init__(self):  # type: () -> None
         self.lock = _compat.allocate_lock()
@@ -137,8 +135,8 @@ class ThreadTracker:
         return tracked
 
     def wait(self, timeout):  # type: (float | None) -> bool
-        """Wait (at most ``timeout`` seconds; None: for ever) until every tracked
-        thread has ended; True if none is left."""
+        # Wait (at most ``timeout`` seconds; None: for ever) until every tracked
+        # thread has ended; True if none is left.
         with self.lock:
             if self.count == 0:
                 return self._settled()
@@ -152,9 +150,9 @@ class ThreadTracker:
         return self._settled()
 
     def _settled(self):  # type: () -> bool
-        """A thread that left its function still has to delete its thread state;
-        CPython refuses to end an interpreter until it has.  A few yields cover
-        that last step."""
+        # A thread that left its function still has to delete its thread state;
+        # CPython refuses to end an interpreter until it has.  A few yields cover
+        # that last step.
         for _ in range(100_000):
             if _compat.thread_count() == 0:
                 return True

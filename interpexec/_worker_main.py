@@ -1,17 +1,16 @@
-"""The code that runs inside each worker interpreter.
-
-A worker thread enters its interpreter once and calls :func:`main`, which reads
-the worker's settings from its hand-off queue and runs :func:`serve`: a loop
-that stays in the interpreter for its whole life, blocks on the task channel's
-pipe when idle, runs each task, and puts the outcome on the result channel.  No
-interpreter entry, and no sleeping, per task.  Every message is one of
-:mod:`interpexec._protocol`'s.
-
-Beside the loop runs a watchdog thread (:mod:`interpexec._watchdog`) for
-deadlines and interrupts.  Before returning, the worker waits for threads its
-tasks left running (:class:`interpexec._worker_env.ThreadTracker`): CPython
-cannot end an interpreter while one runs.
-"""
+# The code that runs inside each worker interpreter.
+#
+# A worker thread enters its interpreter once and calls :func:`main`, which reads
+# the worker's settings from its hand-off queue and runs :func:`serve`: a loop
+# that stays in the interpreter for its whole life, blocks on the task channel's
+# pipe when idle, runs each task, and puts the outcome on the result channel.  No
+# interpreter entry, and no sleeping, per task.  Every message is one of
+# :mod:`interpexec._protocol`'s.
+#
+# Beside the loop runs a watchdog thread (:mod:`interpexec._watchdog`) for
+# deadlines and interrupts.  Before returning, the worker waits for threads its
+# tasks left running (:class:`interpexec._worker_env.ThreadTracker`): CPython
+# cannot end an interpreter while one runs.
 
 import marshal
 import os
@@ -90,7 +89,7 @@ serving = False
 
 
 def main(handoff):  # type: (int) -> None
-    """Entry point: settings in from the hand-off queue, the exit reason out."""
+    # Entry point: settings in from the hand-off queue, the exit reason out.
     global serving
     serving = True
     control = _compat.queue_get(handoff)
@@ -101,8 +100,8 @@ def main(handoff):  # type: (int) -> None
 
 
 def _encode_result(value, payload, args):  # type: (Any, tuple[Any, ...], tuple[Any, ...]) -> tuple[Any, ...]
-    """Encode a task's result; a view the caller lent, or a large immutable
-    argument returned unchanged, comes back as a reference to what the caller has."""
+    # Encode a task's result; a view the caller lent, or a large immutable
+    # argument returned unchanged, comes back as a reference to what the caller has.
     tp = type(value)
     # (Only if the arguments crossed natively: then each is exactly what the
     # caller passed, not something a reducer rebuilt.)
@@ -125,8 +124,8 @@ _NAMED_PAYLOAD = (NATIVE, None)
 
 
 def _value_report(tid, value, payload, args):  # type: (int, Any, tuple[Any, ...], tuple[Any, ...]) -> tuple[Any, ...] | int
-    """The message for a task's return value: the bare task id for None, flat
-    (VALUE) when it crosses natively."""
+    # The message for a task's return value: the bare task id for None, flat
+    # (VALUE) when it crosses natively.
     if value is None:
         return tid
     enc = _encode_result(value, payload, args)
@@ -134,14 +133,14 @@ def _value_report(tid, value, payload, args):  # type: (int, Any, tuple[Any, ...
 
 
 def _cell_lost():  # type: () -> None
-    """What a task whose call cell did not hold its message runs instead."""
+    # What a task whose call cell did not hold its message runs instead.
     raise RuntimeError("interpexec: this task's call was not where it was sent (a bug in interpexec; please report it)")
 
 
 def _report_error(tid, exc):  # type: (int, BaseException) -> tuple[Any, ...]
-    """An ERR message for ``exc``, whatever its ``__str__``/``__reduce__`` do
-    (raise SystemExit, run out of memory): reporting never ends the worker.
-    (``_errors`` loads with the first failure: most workers never need it.)"""
+    # An ERR message for ``exc``, whatever its ``__str__``/``__reduce__`` do
+    # (raise SystemExit, run out of memory): reporting never ends the worker.
+    # (``_errors`` loads with the first failure: most workers never need it.)
     try:
         from ._errors import pack_exception
 
@@ -160,9 +159,9 @@ def _report_error(tid, exc):  # type: (int, BaseException) -> tuple[Any, ...]
 
 
 def _watch_swallowed_interrupts(state, watchdog):  # type: (TaskState, Watchdog) -> None
-    """An Interrupted that lands in a weakref callback or ``__del__`` is dropped
-    by Python: tell the watchdog, which raises it again, and do not print it as
-    "Exception ignored"; anything else goes to the hook as before."""
+    # An Interrupted that lands in a weakref callback or ``__del__`` is dropped
+    # by Python: tell the watchdog, which raises it again, and do not print it as
+    # "Exception ignored"; anything else goes to the hook as before.
     previous = sys.unraisablehook
 
     def hook(unraisable):  # type: (Any) -> None
@@ -176,7 +175,7 @@ def _watch_swallowed_interrupts(state, watchdog):  # type: (TaskState, Watchdog)
 
 
 def serve(control, settings):  # type: (memoryview, WorkerSettings) -> int
-    """Run tasks until STOP or until the worker must go; returns an EXIT_* reason."""
+    # Run tasks until STOP or until the worker must go; returns an EXIT_* reason.
     # The watchdog needs this interpreter's GIL to stop a task that holds it; by
     # default it would wait 5 ms per hand-over.  Nothing else competes for it.
     sys.setswitchinterval(0.0005)
@@ -232,8 +231,8 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     fn_cache: dict[bytes | tuple[str, str], Callable[..., Any]] = {}
 
     def fixed(unpickle, data):  # type: (Callable[[A], Any], A) -> Any
-        """``unpickle(data)``, once more after the ``__main__`` fixup if that is
-        what it lacked."""
+        # ``unpickle(data)``, once more after the ``__main__`` fixup if that is
+        # what it lacked.
         try:
             return unpickle(data)
         except BaseException as exc:  # anything unpickling raises: re-raised unless the fixup applies
@@ -283,8 +282,8 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     results.put((-1, EVENT, index, EV_STARTED, _compat.current_interpreter_id()))
 
     def run(msg):  # type: (tuple[Any, ...]) -> tuple[Any, ...] | int
-        """Run one task.  An Interrupted may surface anywhere from the moment
-        ``state.tid`` is set until it is cleared; the caller catches that."""
+        # Run one task.  An Interrupted may surface anywhere from the moment
+        # ``state.tid`` is set until it is cleared; the caller catches that.
         tid, kind, timeout = msg[0], msg[1], msg[4]
         if not state.begin(tid, timeout):
             return (tid, STOPPED, None)
@@ -369,19 +368,19 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
     cells_at, cell_mask, cell_bytes, loads = 8 * layout.cells, layout.ncells - 1, ctl.cast("B"), marshal.loads
 
     def task_may_wait():  # type: () -> bool
-        """Whether a task may be queued: from the control block's counters
-        where they are trusted (see SKIP_WAKEUPS), tasks put (each counted
-        before its put) less tasks taken, never fewer than are queued; else
-        from the queue, whose every call takes the mutex of the queues'
-        registry, which all interpreters' queue calls share."""
+        # Whether a task may be queued: from the control block's counters
+        # where they are trusted (see SKIP_WAKEUPS), tasks put (each counted
+        # before its put) less tasks taken, never fewer than are queued; else
+        # from the queue, whose every call takes the mutex of the queues'
+        # registry, which all interpreters' queue calls share.
         if SKIP_WAKEUPS:
             return bool(ctl[TASKS_PUT] > sum(ctl[taken_lo:taken_hi]))
         return bool(count(task_qid))
 
     def take_own():  # type: () -> bool
-        """Read a wake-up from this worker's own pipe, if one is there
-        (counted after the read: until then the dispatcher counts it as on
-        its way, and wakes nobody else for it)."""
+        # Read a wake-up from this worker's own pipe, if one is there
+        # (counted after the read: until then the dispatcher counts it as on
+        # its way, and wakes nobody else for it).
         try:
             if not read(wake_rfd, 1):
                 return False
@@ -391,12 +390,12 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
         return True
 
     def pass_on():  # type: () -> None
-        """Once no longer asleep: a wake-up of its own that this worker will not
-        act on (it took a task by itself, woke for a shared one, or leaves)
-        goes to the shared pipe, for another sleeper.  The dispatcher writes
-        one only while it sees this worker asleep, and writes a shared one as
-        well if it no longer does after its write: one written before this
-        worker cleared its flag is read here."""
+        # Once no longer asleep: a wake-up of its own that this worker will not
+        # act on (it took a task by itself, woke for a shared one, or leaves)
+        # goes to the shared pipe, for another sleeper.  The dispatcher writes
+        # one only while it sees this worker asleep, and writes a shared one as
+        # well if it no longer does after its write: one written before this
+        # worker cleared its flag is read here.
         while SKIP_WAKEUPS and take_own():
             try:
                 write(task_wfd, b"\0")
@@ -405,11 +404,11 @@ def _serve(ctl, layout, settings, tasks, results, state, watchdog):  # type: (me
             ctl[task_read] -= 1  # (its reader counts it read: the dispatcher never wrote it)
 
     def wake_waiter(slot, tid):  # type: (int, int) -> bool | None
-        """Wake the thread registered as waiting for task ``tid``: None when none
-        is, else whether that wake-up alone suffices.  A thread blocked in
-        ``result()`` collects every queued result itself; a watch (negative entry:
-        an event loop, or user code holding an ``InterpreterPoolExecutor.watch``)
-        may never look, so the resolver is woken as well."""
+        # Wake the thread registered as waiting for task ``tid``: None when none
+        # is, else whether that wake-up alone suffices.  A thread blocked in
+        # ``result()`` collects every queued result itself; a watch (negative entry:
+        # an event loop, or user code holding an ``InterpreterPoolExecutor.watch``)
+        # may never look, so the resolver is woken as well.
         waiter = ctl[waiter_fds + slot]
         if not waiter or ctl[waiter_tids + slot] != tid:
             return None

@@ -98,3 +98,34 @@ def import_the_executor():
     from interpexec import InterpreterPoolExecutor
 
     return InterpreterPoolExecutor.__name__
+
+
+#: What keeps its docstring in a worker: the package's own (``help(interpexec)``),
+#: and the exception a task itself may meet.
+DOCUMENTED = ("interpexec", "interpexec._protocol.Interrupted")
+
+
+def documented():
+    """What of interpexec's modules loaded in this worker carries a docstring,
+    which every worker would hold in memory: module names, and the qualified
+    names of their functions, classes and methods (``DOCUMENTED`` left out)."""
+    import sys
+
+    found = []
+    for name, module in sorted(sys.modules.items()):
+        if not name.startswith("interpexec") or module is None:
+            continue
+        if module.__doc__ and name not in DOCUMENTED:
+            found.append(name)
+        for value in vars(module).values():
+            if getattr(value, "__module__", None) != name:
+                continue
+            members = [value, *vars(value).values()] if isinstance(value, type) else [value]
+            for member in members:
+                fn = getattr(member, "__func__", member)  # (staticmethod, classmethod)
+                if not (isinstance(fn, type) or hasattr(fn, "__code__")):
+                    continue
+                qualname = f"{name}.{fn.__qualname__}"
+                if fn.__doc__ and qualname not in DOCUMENTED and (fn is value or fn.__doc__ is not value.__doc__):
+                    found.append(qualname)
+    return found
