@@ -57,7 +57,7 @@ _IN_WORKER = not _IN_MAIN_INTERPRETER and __package__ + "._worker_main" in sys.m
 #: under ``if _POOL_SIDE:`` below, which only the main interpreter's pool
 #: calls (interpreters, signals, lock repair, exit hooks).  A worker skips
 #: them at import, and with them their code objects: about 20 KiB of every
-#: worker's objects, 40-50 KiB of its resident memory (docs/architecture.md).
+#: worker's objects (docs/architecture.md, "What a worker loads").
 #: There they are defined on first use of one (:func:`__getattr__`,
 #: :func:`_define_pool_side`), for a task's module that imports the executor,
 #: say.  A module-level ``if`` is what skips them: a
