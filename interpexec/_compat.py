@@ -102,6 +102,8 @@ def __getattr__(name):  # type: (str) -> Any
         _define_pool_side(names)
         return names[name]
     if name == "ProcessRemoteTraceback":
+        if "imports_during_exit" not in names:  # (a worker: the pool side first)
+            _define_pool_side(names)
         #: ``concurrent.futures.process._RemoteTraceback``, the class of a
         #: ProcessPoolExecutor task's exception's ``__cause__`` (its module
         #: imports multiprocessing: on first use, in the main interpreter).
@@ -116,17 +118,20 @@ def __getattr__(name):  # type: (str) -> Any
 #: What ``if _POOL_SIDE:`` defines (tests/test_imports.py checks this list
 #: against the module).
 _POOL_SIDE_NAMES = (
+    "ExecFailure",
     "TRACING_REFUSAL",
     "_LOCKING_MODULES",
     "_QUEUE_WRAPPERS",
     "_fill_ctypes_field_table",
     "_mitigate_crashes",
     "_register_queue_errors",
+    "_run_now",
     "create_interpreter",
     "daemon_threads_allowed",
     "ended_on_unhandled_ctrl_c",
     "futures_held_up_the_stack",
     "held",
+    "imports_during_exit",
     "lock_is_owned",
     "os_thread_started",
     "outer_level",
@@ -146,10 +151,22 @@ _POOL_SIDE_NAMES = (
 def _define_pool_side(names):  # type: (dict[str, Any]) -> None
     # Define :data:`_POOL_SIDE_NAMES` in a worker that skipped them: run this
     # module's code again in a scratch namespace that asks for them, then bind
-    # its functions to this module's globals (their state, such as
-    # ``_mitigated``, is this module's; the scratch copies of everything else
-    # are dropped).  All at once, in one ``update``: a function found there
-    # finds the others it calls.
+    # its functions, and its classes' methods, to this module's globals (their
+    # state, such as ``_mitigated``, is this module's; the scratch copies of
+    # everything else are dropped).  All at once, in one ``update``: a function
+    # found there finds the others it calls.  (No class outside the pool side:
+    # the scratch copy of one would be cyclic garbage.)
+    with _pool_side_lock:
+        if _POOL_SIDE_NAMES[0] not in names:  # (not defined by another thread meanwhile)
+            _define_pool_side_locked(names)
+
+
+#: Held while a worker defines the pool side: threads that reach it at once
+#: get one definition (the same functions, which pickle by reference).
+_pool_side_lock = _thread.RLock()
+
+
+def _define_pool_side_locked(names):  # type: (dict[str, Any]) -> None
     scratch = {  # type: dict[str, Any]
         "__name__": __name__,
         "__package__": __package__,
@@ -160,58 +177,27 @@ def _define_pool_side(names):  # type: (dict[str, Any]) -> None
     }
     loader = __spec__.loader  # type: Any
     exec(loader.get_code(__name__), scratch)
-    function = type(_define_pool_side)  # type: Any
+    function = type(_define_pool_side_locked)  # type: Any
+
+    def rebind(value):  # type: (Any) -> Any
+        rebound = function(value.__code__, names, value.__name__, value.__defaults__, value.__closure__)
+        rebound.__kwdefaults__ = value.__kwdefaults__
+        rebound.__doc__ = value.__doc__
+        rebound.__qualname__ = value.__qualname__
+        return rebound
+
     defined = {}  # type: dict[str, Any]
     for name in _POOL_SIDE_NAMES:
         value = scratch[name]
         if type(value) is function:
-            rebound = function(value.__code__, names, value.__name__, value.__defaults__, value.__closure__)
-            rebound.__kwdefaults__ = value.__kwdefaults__
-            rebound.__doc__ = value.__doc__
-            rebound.__qualname__ = value.__qualname__
-            value = rebound
+            value = rebind(value)
+        elif isinstance(value, type):
+            for attr, member in list(vars(value).items()):
+                if type(member) is function:
+                    setattr(value, attr, rebind(member))
         defined[name] = value
     scratch.clear()  # (the scratch functions and their namespace: a cycle)
     names.update(defined)
-
-
-class imports_during_exit:  # (used as a function: ``with imports_during_exit():``)
-    # Around an import of a ``concurrent.futures`` module that may first
-    # happen during the program's exit (the first failed task or broken pool
-    # then): ``concurrent.futures.process`` and ``.thread`` register an exit hook
-    # with ``threading._register_atexit`` when imported, which raises once
-    # threading's exit has begun, and the import failed.  Then the hook runs at
-    # once instead, as it would have run at the exit's start: the module knows
-    # the exit has begun (a pool of its own made later refuses work, as the
-    # standard library's pools do during the exit; skipping the hook let one
-    # run, and the exit then waited for its threads for ever).  Nested and
-    # concurrent uses share one replacement (``_exit_import_depth``).
-
-    def __enter__(self):  # type: () -> None
-        import threading
-
-        global _exit_import_depth, _saved_register
-        if not getattr(threading, "_SHUTTING_DOWN", False):
-            self.counted = False
-            return
-        with _exit_import_lock:
-            if _exit_import_depth == 0:
-                _saved_register = threading._register_atexit  # type: ignore[attr-defined]
-                threading._register_atexit = _run_now  # type: ignore[attr-defined]
-            _exit_import_depth += 1
-        self.counted = True
-
-    def __exit__(self, *exc):  # type: (*object) -> None
-        global _exit_import_depth, _saved_register
-        if not self.counted:
-            return
-        import threading
-
-        with _exit_import_lock:
-            _exit_import_depth -= 1
-            if _exit_import_depth == 0:
-                threading._register_atexit = _saved_register  # type: ignore[attr-defined]
-                _saved_register = None
 
 
 _exit_import_lock = _thread.allocate_lock()
@@ -219,9 +205,49 @@ _exit_import_depth = 0
 _saved_register = None  # type: Any
 
 
-def _run_now(func, *args, **kwargs):  # type: (Any, *Any, **Any) -> None
-    # ``threading._register_atexit`` once the exit has begun: the hook runs now.
-    func(*args, **kwargs)
+if _POOL_SIDE:
+
+    class imports_during_exit:  # (used as a function: ``with imports_during_exit():``)
+        """Around an import of a ``concurrent.futures`` module that may first
+        happen during the program's exit (the first failed task or broken pool
+        then): ``concurrent.futures.process`` and ``.thread`` register an exit hook
+        with ``threading._register_atexit`` when imported, which raises once
+        threading's exit has begun, and the import failed.  Then the hook runs at
+        once instead, as it would have run at the exit's start: the module knows
+        the exit has begun (a pool of its own made later refuses work, as the
+        standard library's pools do during the exit; skipping the hook let one
+        run, and the exit then waited for its threads for ever).  Nested and
+        concurrent uses share one replacement (``_exit_import_depth``)."""
+
+        def __enter__(self):  # type: () -> None
+            import threading
+
+            global _exit_import_depth, _saved_register
+            if not getattr(threading, "_SHUTTING_DOWN", False):
+                self.counted = False
+                return
+            with _exit_import_lock:
+                if _exit_import_depth == 0:
+                    _saved_register = threading._register_atexit  # type: ignore[attr-defined]
+                    threading._register_atexit = _run_now  # type: ignore[attr-defined]
+                _exit_import_depth += 1
+            self.counted = True
+
+        def __exit__(self, *exc):  # type: (*object) -> None
+            global _exit_import_depth, _saved_register
+            if not self.counted:
+                return
+            import threading
+
+            with _exit_import_lock:
+                _exit_import_depth -= 1
+                if _exit_import_depth == 0:
+                    threading._register_atexit = _saved_register  # type: ignore[attr-defined]
+                    _saved_register = None
+
+    def _run_now(func, *args, **kwargs):  # type: (Any, *Any, **Any) -> None
+        """``threading._register_atexit`` once the exit has begun: the hook runs now."""
+        func(*args, **kwargs)
 
 
 def _bind_main_side(names):  # type: (dict[str, Any]) -> None
@@ -487,18 +513,17 @@ def main_interpreter_id():  # type: () -> int
     return int(_interpreters.get_main()[0])
 
 
-class ExecFailure:
-    # An exception that escaped code run by :func:`run_string` (it cannot cross).
-
-    __slots__ = ("message", "traceback", "type_name")
-
-    def __init__(self, type_name, message, traceback):  # type: (str, str, str) -> None
-        self.type_name = type_name
-        self.message = message
-        self.traceback = traceback
-
-
 if _POOL_SIDE:
+
+    class ExecFailure:
+        """An exception that escaped code run by :func:`run_string` (it cannot cross)."""
+
+        __slots__ = ("message", "traceback", "type_name")
+
+        def __init__(self, type_name, message, traceback):  # type: (str, str, str) -> None
+            self.type_name = type_name
+            self.message = message
+            self.traceback = traceback
 
     def run_string(interp_id, source, shared=None):  # type: (int, str | CodeType, dict[str, Any] | None) -> ExecFailure | None
         """Run ``source`` (text, or a code object compiled in the caller) in the

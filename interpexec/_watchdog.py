@@ -69,6 +69,28 @@ SKIPPED_MAX = 1024
 class TaskState:
     # What the loop and the watchdog share, guarded by ``lock``.
 
+    __slots__ = (
+        "commands",
+        "control",
+        "deadline",
+        "fired",
+        "fired_at",
+        "last_fire",
+        "lock",
+        "nslots",
+        "refire_at",
+        "refire_gap",
+        "retired",
+        "skipped",
+        "stop_tids",
+        "stuck_reported",
+        "swallowed",
+        "thread_id",
+        "tid",
+        "timed_out",
+        "timeout",
+    )
+
     def __init__(self, control=None, stop_tids=0, nslots=1):  # type: (Any, int, int) -> None
         self.control = control  # the control block (int64 view), where its
         self.stop_tids = stop_tids  # "interrupted" task ids start, and how many
@@ -172,6 +194,8 @@ def _unraisable(exc, message):  # type: (BaseException, str) -> None
 class _UnraisableArgs:
     # What ``sys.unraisablehook`` expects (as ``sys.UnraisableHookArgs``).
 
+    __slots__ = ("err_msg", "exc_traceback", "exc_type", "exc_value", "object")
+
     def __init__(self, exc, message):  # type: (BaseException, str) -> None
         self.exc_type, self.exc_value, self.exc_traceback = type(exc), exc, exc.__traceback__
         self.err_msg, self.object = message, None
@@ -205,6 +229,8 @@ def finish_task(state):  # type: (TaskState) -> None
 
 class Watchdog:
     # Enforces deadlines and interrupt requests for one worker's running task.
+
+    __slots__ = ("commands", "grace", "handle", "index", "interp_id", "interrupt_wfd", "results", "state")
 
     def __init__(self, state, commands, results, index, grace, interrupt_wfd):  # type: (TaskState, Channel, Channel, int, float, int) -> None
         self.interrupt_wfd = interrupt_wfd

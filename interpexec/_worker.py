@@ -185,10 +185,7 @@ class Worker:
         try:
             interp_id = _compat.create_interpreter()
         except Exception as exc:  # reported as the worker's failure
-            # (CPython's "interpreter creation failed" carries the reason as its
-            # cause or context: too many open files, say.)
-            why = exc.__cause__ or exc.__context__
-            return EXIT_INIT_FAILED, f"could not create an interpreter: {exc!r}" + (f" ({why!r})" if why else "")
+            return EXIT_INIT_FAILED, "could not create an interpreter: " + _chain(exc)
         self.interp_id = interp_id
         holding: tuple[tuple[int, int], ...] = ()  # (queue id, items) for queues holding items it put
         reason = EXIT_INIT_FAILED
@@ -221,3 +218,18 @@ class Worker:
                     _compat.destroy_interpreter(interp_id)
                 except Exception as exc:  # should not happen; say so and go on
                     print(f"interpexec: could not destroy interpreter {interp_id}: {exc!r}", file=sys.stderr)
+
+
+def _chain(exc: BaseException) -> str:
+    """``exc`` and what it came from, innermost last: CPython's "interpreter
+    creation failed" says why only down its chain ("sub-interpreter creation
+    failed", then "error evaluating path", say; the OSError under that is
+    printed to stderr as it happens)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen and len(parts) < 8:
+        seen.add(id(link))
+        parts.append(repr(link))
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    return ", from ".join(parts)

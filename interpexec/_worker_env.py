@@ -32,6 +32,8 @@ class MainFixup:
     # ``if __name__ == "__main__":`` block does not run) and installed as
     # ``sys.modules["__main__"]``.
 
+    __slots__ = ("done", "main_name", "main_path")
+
     def __init__(self, main_path, main_name):  # type: (str | None, str | None) -> None
         self.main_path = main_path
         self.main_name = main_name
@@ -53,6 +55,8 @@ class LogForwarder:
     # own handlers then handle them.  A worker that never logs never imports
     # ``logging``: :meth:`arm` installs the handler when ``logging`` is first
     # imported (or at once, if it already is).
+
+    __slots__ = ("index", "installed", "level", "results")
 
     def __init__(self, results, index, level):  # type: (Channel, int, int) -> None
         self.results = results
@@ -79,6 +83,8 @@ class _ImportHook:
     # A meta path finder that calls ``then()`` right after module ``name`` has
     # been executed, then steps aside.
 
+    __slots__ = ("name", "then")
+
     def __init__(self, name, then):  # type: (str, Any) -> None
         self.name = name
         self.then = then
@@ -101,6 +107,8 @@ class ThreadTracker:
     #
     # ``idle`` is held while any tracked thread runs; waiting is an acquire with a
     # timeout on it, so nothing polls.
+
+    __slots__ = ("count", "idle", "lock", "next_token", "running")
 
     def __init__(self):  # type: () -> None
         self.lock = _compat.allocate_lock()

@@ -70,11 +70,16 @@ def use_pool_side():
 
     missing = [name for name in _compat.__all__ if not hasattr(_compat, name)]
     names = vars(_compat)
-    foreign = [
-        name
-        for name in _compat._POOL_SIDE_NAMES
-        if hasattr(names[name], "__code__") and names[name].__globals__ is not names
-    ]
+    functions = {}
+    for name in _compat._POOL_SIDE_NAMES:
+        value = names[name]
+        if isinstance(value, type):  # (its methods)
+            functions.update((f"{name}.{attr}", member) for attr, member in vars(value).items())
+        else:
+            functions[name] = value
+    foreign = [name for name, fn in functions.items() if hasattr(fn, "__code__") and fn.__globals__ is not names]
+    with _compat.imports_during_exit():  # (a class of the pool side: its methods run here)
+        pass
     lock = _thread.RLock()
     lock.acquire()
     lock.acquire()
@@ -129,3 +134,39 @@ def documented():
                 if fn.__doc__ and qualname not in DOCUMENTED and (fn is value or fn.__doc__ is not value.__doc__):
                     found.append(qualname)
     return found
+
+
+def race_to_the_pool_side(n):
+    """``n`` threads of this worker reach ``_compat``'s pool side at once: how
+    many different ``held`` functions they got, and whether the one they got
+    is ``_compat.held`` (so it pickles by reference)."""
+    import pickle
+    import sys
+    import threading
+
+    barrier = threading.Barrier(n)
+    got = []
+
+    def reach():
+        barrier.wait()
+        from interpexec._compat import held
+
+        got.append(held)
+
+    threads = [threading.Thread(target=reach) for _ in range(n)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (this interpreter's GIL changes hands all the time)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    from interpexec import _compat
+
+    try:
+        pickles = all(pickle.loads(pickle.dumps(fn)) is fn for fn in got)
+    except pickle.PicklingError:  # ("it's not the same object as interpexec._compat.held")
+        pickles = False
+    return len({id(fn) for fn in got}), all(fn is _compat.held for fn in got), pickles

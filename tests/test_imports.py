@@ -249,19 +249,37 @@ def test_workers_skip_the_pool_side_of_compat_until_a_task_reaches_it():
         assert pool.submit(abs, -5).result() == 5
 
 
+@pytest.mark.timeout(120)
+def test_threads_that_reach_the_pool_side_at_once_get_one_definition():
+    """Each defining it in turn left functions that were no longer
+    ``_compat``'s own: pickling one by reference failed."""
+    for _ in range(12):  # (fresh workers: each races once)
+        with interpexec.InterpreterPoolExecutor(1) as pool:
+            assert pool.submit(import_helpers.race_to_the_pool_side, 8).result(timeout=60) == (1, True, True)
+
+
 def test_the_pool_side_list_names_what_the_pool_side_defines():
     """``_POOL_SIDE_NAMES`` is what ``if _POOL_SIDE:`` binds: a name missing from
     it would be undefined in a worker for good, an extra one a KeyError there."""
     tree = ast.parse(open(_compat.__file__).read())
     bound = set()
     for node in tree.body:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "_POOL_SIDE":
-            for each in node.body:
-                if isinstance(each, (ast.FunctionDef, ast.ClassDef)):
-                    bound.add(each.name)
-                elif isinstance(each, (ast.Assign, ast.AnnAssign)):
-                    targets = each.targets if isinstance(each, ast.Assign) else [each.target]
-                    bound.update(t.id for t in targets if isinstance(t, ast.Name))
+        if not isinstance(node, ast.If) or "_POOL_SIDE" not in ast.unparse(node.test):
+            continue
+        # Exactly ``if _POOL_SIDE:``, binding plain names only: the list is
+        # checked against what these shapes bind, and nothing else may hide there.
+        assert isinstance(node.test, ast.Name) and node.test.id == "_POOL_SIDE" and not node.orelse, ast.unparse(
+            node.test
+        )
+        for each in node.body:
+            if isinstance(each, (ast.FunctionDef, ast.ClassDef)):
+                bound.add(each.name)
+            elif isinstance(each, ast.Assign) and all(isinstance(t, ast.Name) for t in each.targets):
+                bound.update(t.id for t in each.targets if isinstance(t, ast.Name))
+            elif isinstance(each, ast.AnnAssign) and isinstance(each.target, ast.Name):
+                bound.add(each.target.id)
+            else:
+                raise AssertionError(f"line {each.lineno}: only def, class and NAME = ... under if _POOL_SIDE:")
     assert bound and sorted(bound) == sorted(_compat._POOL_SIDE_NAMES)
     assert len(set(_compat._POOL_SIDE_NAMES)) == len(_compat._POOL_SIDE_NAMES)
 

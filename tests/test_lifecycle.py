@@ -40,21 +40,27 @@ def test_max_tasks_per_child_recycles_interpreters_without_losing_work():
 
 @pytest.mark.timeout(60)
 def test_a_failed_interpreter_creation_says_why(monkeypatch):
-    """CPython's "interpreter creation failed" carries its reason only as the
-    error's cause: the broken pool's message names it."""
+    """CPython's "interpreter creation failed" says why only down its chain of
+    contexts: the broken pool's message carries the whole chain."""
     from interpexec import _compat
 
-    def fail_to_create() -> int:
+    def fail_to_create() -> int:  # (the chain CPython makes when the fds run out)
         try:
-            raise OSError(24, "Too many open files")
-        except OSError as exc:
-            raise _compat.InterpreterError("interpreter creation failed") from exc
+            try:
+                raise RuntimeError("error evaluating path")
+            except RuntimeError:
+                raise _compat.InterpreterError("sub-interpreter creation failed")
+        except _compat.InterpreterError:
+            raise _compat.InterpreterError("interpreter creation failed")
 
     monkeypatch.setattr(_compat, "create_interpreter", fail_to_create)
     with InterpreterPoolExecutor(1) as ex:
         error = ex.submit(abs, -1).exception(timeout=30)
     assert isinstance(error, interpexec.BrokenInterpreterPool)
-    assert "interpreter creation failed" in str(error) and "Too many open files" in str(error), str(error)
+    assert (
+        "InterpreterError('interpreter creation failed'), from InterpreterError('sub-interpreter creation "
+        "failed'), from RuntimeError('error evaluating path')"
+    ) in str(error), str(error)
 
 
 @pytest.mark.timeout(30)
