@@ -76,20 +76,12 @@ _LAZY = {
 }
 
 
-#: Names a worker gets light stand-ins for (``_in_worker``): it never makes a
-#: pool, and the real ones load 2.5-3.2 MB of modules into every worker whose
-#: task's module imports them (a script re-run as ``__mp_main__``, say).
-_STAND_INS = ("BrokenInterpreterPool", "InterpreterPoolExecutor", "Watch", "get_reusable_executor")
-
-
 def __getattr__(name):  # type: (str) -> object
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'interpexec' has no attribute {name!r}")
     import importlib
 
-    if name in _STAND_INS and importlib.import_module("._compat", __name__).IN_WORKER:
-        module = "._in_worker"
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

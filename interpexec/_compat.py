@@ -51,7 +51,7 @@ _IN_MAIN_INTERPRETER = _thread._is_main_interpreter()  # type: bool  # type: ign
 
 #: Whether this is one of a pool's worker interpreters: one that imported the
 #: worker loop before this module.
-IN_WORKER = not _IN_MAIN_INTERPRETER and __package__ + "._worker_main" in sys.modules  # type: bool
+_IN_WORKER = not _IN_MAIN_INTERPRETER and __package__ + "._worker_main" in sys.modules  # type: bool
 
 #: Whether this module defines the pool's side: the functions and constants
 #: under ``if _POOL_SIDE:`` below, which only the main interpreter's pool
@@ -64,7 +64,7 @@ IN_WORKER = not _IN_MAIN_INTERPRETER and __package__ + "._worker_main" in sys.mo
 #: skipped ``def``'s code lives only in the module's code object, which is
 #: freed once the import ends.  ``_DEFINING_POOL_SIDE`` is set by that later
 #: definition.
-_POOL_SIDE = not IN_WORKER or bool(globals().get("_DEFINING_POOL_SIDE"))  # type: bool
+_POOL_SIDE = not _IN_WORKER or bool(globals().get("_DEFINING_POOL_SIDE"))  # type: bool
 
 # What only the pool's side uses (signals, queue_take) is bound at the end of
 # this module (_bind_main_side) in the main interpreter and in any other that
@@ -269,7 +269,6 @@ def _bind_main_side(names):  # type: (dict[str, Any]) -> None
 
 
 __all__ = [
-    "IN_WORKER",
     "SIG_DFL",
     "SIG_IGN",
     "VERSION",
@@ -831,7 +830,7 @@ if _POOL_SIDE:
 if TYPE_CHECKING:  # (bound below; not annotations: on 3.14+ they compile to a module __annotate__)
     SIG_DFL = SIG_IGN = 0  # type: int
     set_signal_wakeup_fd = None  # type: Any
-if not IN_WORKER:
+if not _IN_WORKER:
     _bind_main_side(globals())
 
 

@@ -99,8 +99,8 @@ def use_pool_side():
 
 
 def import_the_executor():
-    """What a task's module that imports the executor's module does in a worker."""
-    from interpexec._executor import InterpreterPoolExecutor
+    """What a task's module that imports the executor at the top does in a worker."""
+    from interpexec import InterpreterPoolExecutor
 
     return InterpreterPoolExecutor.__name__
 
@@ -170,51 +170,3 @@ def race_to_the_pool_side(n):
     except pickle.PicklingError:  # ("it's not the same object as interpexec._compat.held")
         pickles = False
     return len({id(fn) for fn in got}), all(fn is _compat.held for fn in got), pickles
-
-
-#: What the real pool-side names load into a worker (2.5-3.2 MB).
-HEAVY = ("interpexec._executor", "interpexec._waiting", "interpexec._broken", "concurrent.futures", "logging")
-
-
-def import_public_names():
-    """What a script's top line (``from interpexec import ...``), re-run in a
-    worker, costs and gives there."""
-    import sys
-
-    before = [name for name in HEAVY if name in sys.modules]
-    from interpexec import BrokenInterpreterPool, InterpreterPoolExecutor, Watch, get_reusable_executor
-
-    class MyPool(InterpreterPoolExecutor):  # (a script may subclass it at its top level)
-        pass
-
-    loaded = [name for name in HEAVY if name in sys.modules]
-    refusals = []
-    for make in (InterpreterPoolExecutor, MyPool, Watch, get_reusable_executor):
-        try:
-            make(2)
-        except RuntimeError as exc:
-            refusals.append(str(exc))
-    still = [name for name in HEAVY if name in sys.modules]
-    submit = InterpreterPoolExecutor.submit.__qualname__  # (the real class's: loaded now)
-    return {
-        "before": before,
-        "loaded": loaded,
-        "still": still,
-        "refusals": refusals,
-        "submit": submit,
-        "broken_is_runtime_error": issubclass(BrokenInterpreterPool, RuntimeError),
-    }
-
-
-def raise_broken_pool(message):
-    """A task that raises the package's broken-pool error (the worker's stand-in)."""
-    from interpexec import BrokenInterpreterPool
-
-    raise BrokenInterpreterPool(message)
-
-
-def make_a_real_pool():
-    """Make a pool with the real class (its module imported by name) in a worker."""
-    from interpexec._executor import InterpreterPoolExecutor
-
-    InterpreterPoolExecutor(1)

@@ -285,69 +285,6 @@ def test_the_pool_side_list_names_what_the_pool_side_defines():
 
 
 @pytest.mark.timeout(60)
-def test_a_worker_importing_the_pools_names_gets_stand_ins_that_load_nothing():
-    """A script's ``from interpexec import InterpreterPoolExecutor, ...``, re-run
-    in a worker, loaded 2.5-3.2 MB there for names a worker cannot use: it gets
-    stand-ins that refuse as the real ones do, and load the real class only
-    when one is looked into."""
-    with interpexec.InterpreterPoolExecutor(1) as pool:
-        found = pool.submit(import_helpers.import_public_names).result(timeout=30)
-        refusal = (
-            "inside an interpexec worker: create pools in the main program only "
-            '(guard module-level pools with `if __name__ == "__main__":`)'
-        )
-        assert found == {
-            "before": [],
-            "loaded": [],
-            "still": [],
-            "refusals": [
-                "an InterpreterPoolExecutor cannot be created " + refusal,
-                "an InterpreterPoolExecutor cannot be created " + refusal,
-                "a Watch cannot be made " + refusal,
-                "get_reusable_executor() cannot make a pool " + refusal,
-            ],
-            "submit": "InterpreterPoolExecutor.submit",
-            "broken_is_runtime_error": True,
-        }
-        error = pool.submit(import_helpers.raise_broken_pool, "said so").exception(timeout=30)
-        assert type(error) is interpexec.BrokenInterpreterPool and error.args == ("said so",)
-    # The real executor, in the main interpreter, says the same (one message to grep for).
-    with pytest.raises(RuntimeError) as info:
-        with interpexec.InterpreterPoolExecutor(1) as pool:
-            pool.submit(import_helpers.make_a_real_pool).result(timeout=30)
-    assert str(info.value) == "an InterpreterPoolExecutor cannot be created " + refusal
-
-
-SCRIPT_IMPORTING_THE_POOL = """
-import sys
-from interpexec import BrokenInterpreterPool, InterpreterPoolExecutor
-
-HEAVY = ("interpexec._executor", "interpexec._broken", "concurrent.futures", "logging", "multiprocessing")
-
-
-def loaded():
-    return [name for name in HEAVY if name in sys.modules]
-
-
-if __name__ == "__main__":
-    with InterpreterPoolExecutor(1) as pool:
-        print("worker loaded:", pool.submit(loaded).result(timeout=30))
-"""
-
-
-@pytest.mark.timeout(60)
-def test_a_script_that_imports_the_pool_costs_its_workers_nothing_for_it(tmp_path):
-    """The documented shape (docs/main-module.md): tasks defined in the script,
-    which imports the executor at its top; the worker re-runs the script."""
-    script = tmp_path / "prog.py"
-    script.write_text(SCRIPT_IMPORTING_THE_POOL)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout == "worker loaded: []\n", proc.stdout + proc.stderr
-
-
-@pytest.mark.timeout(60)
 def test_worker_modules_carry_no_annotations():
     """What every worker imports has its signatures in type comments: on 3.14+
     an annotated function carries an ``__annotate__`` function (about 0.6 KiB in
