@@ -195,6 +195,11 @@ def _define_pool_side_locked(names):  # type: (dict[str, Any]) -> None
             for attr, member in list(vars(value).items()):
                 if type(member) is function:
                     setattr(value, attr, rebind(member))
+                elif isinstance(member, (staticmethod, classmethod)) and type(member.__func__) is function:
+                    setattr(value, attr, type(member)(rebind(member.__func__)))
+                elif isinstance(member, property):
+                    parts = [rebind(f) if type(f) is function else f for f in (member.fget, member.fset, member.fdel)]  # type: list[Any]
+                    setattr(value, attr, property(parts[0], parts[1], parts[2], member.__doc__))
         defined[name] = value
     scratch.clear()  # (the scratch functions and their namespace: a cycle)
     names.update(defined)

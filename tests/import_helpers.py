@@ -73,8 +73,13 @@ def use_pool_side():
     functions = {}
     for name in _compat._POOL_SIDE_NAMES:
         value = names[name]
-        if isinstance(value, type):  # (its methods)
-            functions.update((f"{name}.{attr}", member) for attr, member in vars(value).items())
+        if isinstance(value, type):  # (its methods, static and class methods, properties)
+            for attr, member in vars(value).items():
+                if isinstance(member, property):
+                    parts = {"get": member.fget, "set": member.fset, "del": member.fdel}
+                    functions.update((f"{name}.{attr}.{part}", fn) for part, fn in parts.items() if fn)
+                else:
+                    functions[f"{name}.{attr}"] = getattr(member, "__func__", member)
         else:
             functions[name] = value
     foreign = [name for name, fn in functions.items() if hasattr(fn, "__code__") and fn.__globals__ is not names]
