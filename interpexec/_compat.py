@@ -102,7 +102,7 @@ def __getattr__(name):  # type: (str) -> Any
         _define_pool_side(names)
         return names[name]
     if name == "ProcessRemoteTraceback":
-        if "imports_during_exit" not in names:  # (a worker: the pool side first)
+        if not _POOL_SIDE:  # (a worker: the pool side first; defined once)
             _define_pool_side(names)
         #: ``concurrent.futures.process._RemoteTraceback``, the class of a
         #: ProcessPoolExecutor task's exception's ``__cause__`` (its module

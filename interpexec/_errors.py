@@ -207,11 +207,17 @@ def pack_exception(exc: BaseException) -> Packed:
     return _pack_one(exc, tb_text, _pack_chain(exc, 0))
 
 
+def next_in_chain(exc: BaseException) -> BaseException | None:
+    """The exception a traceback shows below ``exc``: its cause, else its
+    context unless ``raise ... from None`` suppressed it."""
+    return exc.__cause__ if exc.__cause__ is not None else (None if exc.__suppress_context__ else exc.__context__)
+
+
 def _pack_chain(exc: BaseException, depth: int) -> Packed | None:
     """The exception's cause (or context), packed with its own chain, so that
     ``raise X from Y`` arrives with ``Y`` reachable (and an exception raised
     while handling ``Y`` too, as its context: see :func:`_is_context`)."""
-    nxt = exc.__cause__ if exc.__cause__ is not None else (None if exc.__suppress_context__ else exc.__context__)
+    nxt = next_in_chain(exc)
     if nxt is None or depth >= _MAX_CHAIN:
         return None
     return _pack_one(nxt, "", _pack_chain(nxt, depth + 1))

@@ -225,11 +225,13 @@ def _chain(exc: BaseException) -> str:
     creation failed" says why only down its chain ("sub-interpreter creation
     failed", then "error evaluating path", say; the OSError under that is
     printed to stderr as it happens)."""
+    from ._errors import next_in_chain  # (a rare path: loaded then)
+
     parts: list[str] = []
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen and len(parts) < 8:
         seen.add(id(link))
         parts.append(repr(link))
-        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+        link = next_in_chain(link)
     return ", from ".join(parts)
