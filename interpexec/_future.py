@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future, _base
 
 from ._compat import get_ident, is_main_thread, lock_level, outer_level, release_if_owned
@@ -11,6 +12,7 @@ from ._wakeup import notify
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, Protocol, TypeVar
 
     T = TypeVar("T")
@@ -29,6 +31,14 @@ if TYPE_CHECKING:
         def release_leaked_locks(self, levels: tuple[int, int] = ...) -> None: ...
 
         def run_callbacks_later(self, fut: PoolFuture[Any]) -> bool: ...
+
+    class Resolving(Protocol):
+        """What a ResolvingEvent asks of the pool whose resolver thread waits on it."""
+
+        def resolve_nested(self, done: Callable[[], bool], timeout: float | None) -> float | None: ...
+
+        results: Any  # (its ``wfd``: the resolver's wake-up pipe)
+        forked: bool
 
 else:
     # ``Future["T"]`` is a types.GenericAlias whose base is Future itself: the
@@ -94,7 +104,56 @@ class Waiters(list):  # type: ignore[type-arg]
     def append(self, waiter: Any) -> None:
         if LIVE_WAITS:
             share_live_waits(wake=True)
+        if RESOLVERS and get_ident() in RESOLVERS:
+            resolving_wait(waiter)
         list.append(self, waiter)
+
+
+#: The pools whose resolver thread is running, by that thread's ident.  A
+#: ``concurrent.futures.wait()`` or ``as_completed()`` called in one (by a
+#: done-callback, or a log handler) has its waiter's event deliver that pool's
+#: results while it waits (:class:`ResolvingEvent`): nobody else would.
+RESOLVERS: dict[int, Resolving] = {}
+
+
+def resolving_wait(waiter: Any) -> None:
+    """Give a ``concurrent.futures`` waiter that a resolver thread installs a
+    :class:`ResolvingEvent`, once (it is installed on every future waited for)."""
+    event = getattr(waiter, "event", None)
+    if type(event) is threading.Event:
+        pool = RESOLVERS.get(get_ident())
+        if pool is not None and not pool.forked:
+            resolving = ResolvingEvent(pool)
+            if event.is_set():  # (not expected: the futures' locks are held while it is installed)
+                resolving.set()
+            waiter.event = resolving
+
+
+class ResolvingEvent(threading.Event):
+    """The event of a ``concurrent.futures.wait()`` or ``as_completed()`` called
+    in a pool's resolver thread (by a done-callback): waiting on it, that thread
+    goes on delivering the pool's results, nested, as ``result()`` does there
+    (``Resolver.resolve_nested``); without it, the wait would last until its
+    timeout, or for ever.  Set by another thread, it wakes the waiting one
+    through the resolver's pipe, which that thread polls (open until that
+    thread ends; the standard functions take their waiter off every future
+    before they return, so nothing sets it later)."""
+
+    def __init__(self, pool: Resolving) -> None:
+        super().__init__()
+        self._ie_pool = pool
+        self._ie_wfd: int = pool.results.wfd
+
+    def set(self) -> None:
+        super().set()
+        notify(self._ie_wfd)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self.is_set():
+            timeout = self._ie_pool.resolve_nested(self.is_set, timeout)
+        # (Set: at once.  Else the pool closed meanwhile, or time ran out: the
+        # standard wait, for what is left of the timeout.)
+        return super().wait(timeout)
 
 
 def share_live_waits(wake: bool) -> None:

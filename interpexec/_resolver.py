@@ -46,7 +46,7 @@ from ._compat import (
     start_thread_object,
 )
 from ._errors import RemoteTraceback, explain_missing_main_global, unpack_exception
-from ._future import WAITABLE, PipeWaiter, PoolFuture, set_exception_if_running
+from ._future import RESOLVERS, WAITABLE, PipeWaiter, PoolFuture, set_exception_if_running
 from ._lifecycle import Workers, warn_threads_left
 from ._pickled import materialize
 from ._protocol import (
@@ -102,6 +102,7 @@ LINGER_IF_SLEPT = 0.0005
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from collections import deque
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -669,8 +670,15 @@ class Resolver(Workers):
             # where it could not be told that the thread had started.)
             if self.resolver_ident:
                 return
-            self.resolver_ident = threading.get_ident()
+            self.resolver_ident = me = threading.get_ident()
             self.resolver_thread = threading.current_thread()
+        RESOLVERS[me] = self  # (a done-callback's concurrent.futures.wait() delivers: see there)
+        try:
+            self._resolve_forever()
+        finally:
+            RESOLVERS.pop(me, None)
+
+    def _resolve_forever(self) -> None:
         rfd, ctl = self.results.rfd, self.ctl
         due = self.callbacks_due
         linger = True
@@ -743,6 +751,52 @@ class Resolver(Workers):
         with self.lock:
             self.resolver_finished = True
         self.maybe_close()
+
+    def resolve_nested(self, done: Callable[[], bool], timeout: float | None) -> float | None:
+        """In the resolver thread (a done-callback that waits: ``result()``,
+        ``concurrent.futures.wait()``, ``as_completed()``), go on resolving until
+        ``done()``, the timeout, or the pool closes; return what is left of the
+        timeout (0.0: it ran out).  Whoever makes ``done()`` true from another
+        thread must wake the resolver's pipe (``_future.PipeWaiter``,
+        ``ResolvingEvent``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        rfd, ctl = self.results.rfd, self.ctl
+        # Done-callbacks of what it delivers meanwhile wait until the callback
+        # that waits here returns (see run_callbacks_later): run nested, they
+        # ran inside its critical sections, out of order, and without bound.
+        self.nested_waits += 1
+        try:
+            while not self.closed:
+                if self.parked:
+                    self.retry_parked()
+                if self.collect() and done():
+                    break
+                if done():
+                    break
+                ctl[COLLECTOR_ASLEEP] = 1
+                try:
+                    if self.collect() or done():
+                        continue
+                    # (It stands in for the resolver: it grows the pool too,
+                    # and tries parked outcomes again.)
+                    retry_at = time.monotonic() + self.park_retry if self.parked else None
+                    if (
+                        self.wanted < self.max_workers
+                        and (self.inflight or self.pending)
+                        and self._wait_or_grow(deadline, retry_at) is False
+                    ):
+                        continue
+                    until = deadline if retry_at is None or (deadline is not None and deadline < retry_at) else retry_at
+                    if not wait(rfd, until):  # (at once if readable)
+                        if until is retry_at:
+                            continue
+                        return 0.0
+                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
+                finally:
+                    ctl[COLLECTOR_ASLEEP] = 0
+        finally:
+            self.nested_waits -= 1
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _linger(self) -> bool:
         """Look for results a little longer before sleeping, while calls wait for

@@ -26,6 +26,7 @@ import threading
 import time
 
 from . import _compat, _queue, _sigint, _wakeup
+from ._future import RESOLVERS
 from ._resolver import close_spares_if_last
 from ._state import LIVE_POOLS, Events
 from ._transport import PARK
@@ -404,6 +405,7 @@ def _after_fork_in_child() -> None:
         if isinstance(pool, Stopper):
             pool.forget_after_fork()
     LIVE_POOLS.clear()
+    RESOLVERS.clear()  # (their threads are not in the child)
     # The child has copies of the parent's spare wake-up pipes: lending them
     # again would have both processes drain each other's wake-ups.
     _wakeup.forget_after_fork()

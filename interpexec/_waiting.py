@@ -14,7 +14,6 @@ nested.  ``interrupt()`` stops a task and wakes its waiter at once.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import Future
@@ -25,7 +24,6 @@ from ._protocol import INIT_TID
 from ._resolver import Resolver
 from ._sigint import NOT_DEFERRED, defer_sigint
 from ._state import WorkItem
-from ._transport import COLLECTOR_ASLEEP, COLLECTOR_READ
 from ._wakeup import borrow, drain, give_back, lent, notify, try_borrow, wait
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost)
@@ -235,51 +233,16 @@ class Waiting(Resolver):
         ``fut`` is done.  Another thread may deliver ``fut`` meanwhile (one
         waiting for it in ``result()``, which its worker alone wakes): a waiter
         in ``fut``'s list has whoever settles it wake this thread too."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        rfd, ctl = self.results.rfd, self.ctl
         waiter = PipeWaiter(self.results.wfd)  # (open until this thread, the resolver, ends)
         with fut._condition:
             if fut._state not in WAITABLE:
                 return timeout
             fut._waiters.append(waiter)
-        # Done-callbacks of what it delivers meanwhile wait until the callback
-        # that waits here returns (see run_callbacks_later): run nested, they
-        # ran inside its critical sections, out of order, and without bound.
-        self.nested_waits += 1
         try:
-            while not self.closed:
-                if self.parked:
-                    self.retry_parked()
-                if self.collect() and fut._state not in WAITABLE:
-                    break
-                if fut._state not in WAITABLE:
-                    break
-                ctl[COLLECTOR_ASLEEP] = 1
-                try:
-                    if self.collect() or fut._state not in WAITABLE:
-                        continue
-                    # (It stands in for the resolver: it grows the pool too,
-                    # and tries parked outcomes again.)
-                    retry_at = time.monotonic() + self.park_retry if self.parked else None
-                    if (
-                        self.wanted < self.max_workers
-                        and (self.inflight or self.pending)
-                        and self._wait_or_grow(deadline, retry_at) is False
-                    ):
-                        continue
-                    until = deadline if retry_at is None or (deadline is not None and deadline < retry_at) else retry_at
-                    if not wait(rfd, until):  # (at once if readable)
-                        if until is retry_at:
-                            continue
-                        return 0.0
-                    ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
-                finally:
-                    ctl[COLLECTOR_ASLEEP] = 0
+            return self.resolve_nested(lambda: fut._state not in WAITABLE, timeout)
         finally:
-            self.nested_waits -= 1
             with fut._condition:
                 fut._waiters.remove(waiter)
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def attach_waiter(self, fut: PoolFuture[Any], watch: Watch, thread: int = 0) -> bool:
         """Have the worker that finishes ``fut`` write a byte to ``watch``'s pipe

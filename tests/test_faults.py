@@ -1123,11 +1123,12 @@ def test_a_done_callback_waiting_for_the_future_another_thread_waits_for(nested)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("nested", ["result", "exception"])
+@pytest.mark.parametrize("nested", NESTED_WAITS)
 def test_a_done_callback_waiting_asleep_for_the_future_another_thread_waits_for(nested):
     """As above, A finishing only once the resolver's own wait for it sleeps on
     its pipe: A's worker wakes the other thread alone, which delivers A.  The
-    resolver's wait, which nobody woke, slept out its whole timeout."""
+    resolver's wait, which nobody woke, slept out its whole timeout (and
+    ``concurrent.futures.wait()``'s, which relied on the resolver, for ever)."""
 
     def wait_for_a(a, release_a):
         def release_once_asleep():
@@ -1135,6 +1136,10 @@ def test_a_done_callback_waiting_asleep_for_the_future_another_thread_waits_for(
             release_a()
 
         threading.Thread(target=release_once_asleep, daemon=True).start()
+        if nested in ("wait", "as_completed"):
+            # (A wait that nobody wakes ends with its timeout: "not done", or
+            # as_completed's TimeoutError.)
+            return _nested_wait(a, nested)
         # (No timeout: one would end a wait nobody woke, late but with the value.)
         return a.result() if nested == "result" else a.exception()
 
@@ -3190,6 +3195,66 @@ def _taken_by_another_thread(lock):
         lock.release()
         return False
     return True
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["wait", "wait_first", "as_completed"])
+def test_a_done_callback_waiting_with_concurrent_futures_for_calls_of_its_pool(how):
+    """A done-callback (run on the resolver) that submits calls and waits for
+    them with ``concurrent.futures.wait()`` or ``as_completed()``: nobody but
+    the resolver delivers them, and it waited out its timeout, or for ever
+    without one (``result()`` there already went on delivering).  More calls
+    than the window, so that the nested delivery also dispatches the ones
+    waiting.  (A timeout here only keeps a regression from hanging the run.)"""
+    got, ran_in, returned = [], [], threading.Event()
+    with InterpreterPoolExecutor(2) as ex:
+        n = ex._pool.window + 8
+
+        def callback(f):
+            ran_in.append(threading.current_thread())
+            # (FIRST_COMPLETED: fewer calls than the window, so that none is
+            # delivered before the wait by a submit that finds the window full.)
+            fs = [ex.submit(fh.ok, i) for i in range(2 if how == "wait_first" else n)]
+            try:
+                if how == "wait":
+                    done, not_done = cf.wait(fs, timeout=20)
+                    got.append(sorted(g.result(timeout=0) for g in done) if not not_done else "not done")
+                elif how == "wait_first":
+                    done, _ = cf.wait(fs, timeout=20, return_when=cf.FIRST_COMPLETED)
+                    got.append(bool(done) and all(g.done() for g in done))
+                else:
+                    got.append(sorted(g.result(timeout=0) for g in cf.as_completed(fs, timeout=20)))
+            except cf.TimeoutError:
+                got.append("timed out")
+            returned.set()
+
+        ex.submit(fh.ok, -1).add_done_callback(callback)
+        assert returned.wait(40), "the callback's wait did not return"
+        assert ran_in == [ex._pool.resolver_thread]
+    assert got == ([True] if how == "wait_first" else [list(range(n))])
+
+
+@pytest.mark.timeout(60)
+def test_a_done_callback_waiting_with_a_timeout_for_a_call_that_runs_on():
+    """``concurrent.futures.wait()`` with a timeout in a done-callback, for a call
+    that is still running when it ends: it returns after its timeout, the call
+    not done, and the pool goes on delivering afterwards."""
+    q = interpexec.Queue()
+    got, returned = [], threading.Event()
+    with InterpreterPoolExecutor(2) as ex:
+        g = ex.submit(fh.block_on_queue, q)
+        _until(g.running, "g running")
+
+        def callback(f):
+            done, not_done = cf.wait([g], timeout=0.2)
+            got.append((len(done), len(not_done)))
+            returned.set()
+
+        ex.submit(fh.ok, 1).add_done_callback(callback)
+        assert returned.wait(30), "the callback's wait did not return"
+        q.put("g")
+        assert g.result(timeout=20) == "g"
+    assert got == [(0, 1)]
 
 
 @pytest.mark.timeout(60)
