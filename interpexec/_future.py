@@ -131,28 +131,45 @@ def resolving_wait(waiter: Any) -> None:
 
 class ResolvingEvent(threading.Event):
     """The event of a ``concurrent.futures.wait()`` or ``as_completed()`` called
-    in a pool's resolver thread (by a done-callback): waiting on it, that thread
-    goes on delivering the pool's results, nested, as ``result()`` does there
+    in a pool's resolver thread (by a done-callback): waiting on it there, that
+    thread goes on delivering the pool's results, nested, as ``result()`` does
     (``Resolver.resolve_nested``); without it, the wait would last until its
-    timeout, or for ever.  Set by another thread, it wakes the waiting one
-    through the resolver's pipe, which that thread polls (open until that
-    thread ends; the standard functions take their waiter off every future
-    before they return, so nothing sets it later)."""
+    timeout, or for ever.  Set by another thread meanwhile, it wakes the
+    waiting one through the resolver's pipe, which that thread polls.
+
+    The waiter can outlive the callback (an ``as_completed()`` generator kept
+    and resumed later, by any thread): only the resolver thread, while it
+    serves, waits by delivering (two threads in that loop would share its
+    pipe and lose wake-ups), other threads and later waits are the standard
+    ones, and the pipe is written only while the resolver waits here (it is
+    open then; after the pool closes, its number may be another file's)."""
 
     def __init__(self, pool: Resolving) -> None:
         super().__init__()
         self._ie_pool = pool
         self._ie_wfd: int = pool.results.wfd
+        self._ie_lock = threading.Lock()  # (the flag's, and the write's: a leaf lock)
+        self._ie_resolving = False
 
     def set(self) -> None:
         super().set()
-        notify(self._ie_wfd)
+        with self._ie_lock:  # (the flag set first, then the event read: one of the two sides sees the other)
+            if self._ie_resolving:
+                notify(self._ie_wfd)
 
     def wait(self, timeout: float | None = None) -> bool:
-        if not self.is_set():
-            timeout = self._ie_pool.resolve_nested(self.is_set, timeout)
-        # (Set: at once.  Else the pool closed meanwhile, or time ran out: the
-        # standard wait, for what is left of the timeout.)
+        pool = self._ie_pool
+        me = get_ident()
+        if not self.is_set() and RESOLVERS.get(me) is pool and not pool.forked:
+            with self._ie_lock:
+                self._ie_resolving = True
+            try:
+                timeout = pool.resolve_nested(self.is_set, timeout)
+            finally:
+                with self._ie_lock:
+                    self._ie_resolving = False
+        # (Set: at once.  Else another thread, the pool closed meanwhile, or
+        # time ran out: the standard wait, for what is left of the timeout.)
         return super().wait(timeout)
 
 

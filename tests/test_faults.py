@@ -3257,6 +3257,73 @@ def test_a_done_callback_waiting_with_a_timeout_for_a_call_that_runs_on():
     assert got == [(0, 1)]
 
 
+@pytest.mark.timeout(180)
+def test_an_as_completed_generator_a_done_callback_keeps_can_be_finished_by_another_thread():
+    """A done-callback takes the first finished future from ``as_completed()``
+    and keeps the generator; the main thread iterates the rest.  The waiter's
+    event had the main thread run the resolver's own delivery loop beside the
+    resolver: they shared its pipe and lost wake-ups, and both slept with
+    results undelivered (1 run in 4; found by review).  Only the resolver
+    thread waits by delivering now.  (A timeout turns a regression into a
+    failure, not a hang.)"""
+    import time
+
+    for _ in range(4):
+        kept = {}
+        with InterpreterPoolExecutor(2) as ex:
+            done0 = ex.submit(fh.ok, -1)
+            assert done0.result(timeout=20) == -1
+            q = interpexec.Queue()
+            gate = ex.submit(fh.block_on_queue, q)
+            # (Some calls sleep a little: results trickle in, and the resolver
+            # sleeps and wakes between them.)
+            futs = [done0] + [ex.submit(time.sleep, 0.0005) if i % 3 == 0 else ex.submit(fh.ok, i) for i in range(2000)]
+            ready = threading.Event()
+
+            def callback(_, futs=futs, kept=kept, ready=ready):
+                g = cf.as_completed(futs, timeout=10)
+                kept["first"] = next(g)  # (one already done: no wait here)
+                kept["gen"] = g
+                ready.set()
+
+            gate.add_done_callback(callback)
+            q.put(1)
+            assert ready.wait(20)
+            rest = list(kept["gen"])
+        assert {kept["first"], *rest} == set(futs)
+        assert [f.result() for f in futs] == [-1] + [None if i % 3 == 0 else i for i in range(2000)]
+
+
+@pytest.mark.timeout(60)
+def test_a_kept_as_completed_generator_writes_to_no_pipe_after_its_pool_closed(monkeypatch):
+    """The event of an ``as_completed()`` generator that a done-callback kept
+    wrote a wake-up to the resolver's pipe whenever a future of its set
+    finished, even after the pool had closed that pipe, whose number an
+    unrelated file may have by then (a byte appended to it; found by review).
+    It writes only while the resolver waits on it."""
+    import interpexec._future as future_module
+
+    plain, kept, ready = cf.Future(), {}, threading.Event()
+    ex = InterpreterPoolExecutor(1)
+    f = ex.submit(fh.ok, 1)
+
+    def callback(_):
+        g = cf.as_completed([f, plain])
+        kept["first"] = next(g)
+        kept["gen"] = g
+        ready.set()
+
+    f.add_done_callback(callback)
+    assert ready.wait(20)
+    ex.shutdown(wait=True)
+    written = []
+    monkeypatch.setattr(future_module, "notify", written.append)
+    plain.set_result(2)
+    assert written == []
+    assert kept["first"] is f
+    assert next(kept["gen"]) is plain  # (and the generator still ends as the standard one does)
+
+
 @pytest.mark.timeout(60)
 def test_a_callback_waiting_in_result_never_runs_another_callback_inside_itself():
     """Callback X, on the resolver, holds a lock and waits in ``result()`` for G;
