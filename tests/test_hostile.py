@@ -1365,10 +1365,16 @@ def repair_targets():
         for offset in offsets:
             second = (func.__code__.co_qualname, offset)
             hit = False
-            for first in firsts:
-                state["target"], state["hit"], state["first"] = (first, second), False, False
-                batch(ex, 8)
-                hit = hit or state["hit"]
+            # (Every first step once; for a second step no first reached, up
+            # to two more rounds: whether one does depends on the workers'
+            # timing, and a single round missed a few at random.)
+            for _ in range(3):
+                for first in firsts:
+                    state["target"], state["hit"], state["first"] = (first, second), False, False
+                    batch(ex, 8)
+                    hit = hit or state["hit"]
+                if hit:
+                    break
             if not hit:
                 missed.append(second)
             targets.append(second)
