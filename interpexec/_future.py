@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, _base
 
-from ._compat import get_ident, is_main_thread, lock_level, outer_level, release_if_owned
+from ._compat import RLock, get_ident, is_main_thread, lock_level, outer_level, release_if_owned
 from ._condition import FutureCondition
 from ._sigint import NOT_DEFERRED, defer_sigint
 from ._wakeup import notify
@@ -148,19 +148,38 @@ class ResolvingEvent(threading.Event):
         super().__init__()
         self._ie_pool = pool
         self._ie_wfd: int = pool.results.wfd
-        self._ie_lock = threading.Lock()  # (the flag's, and the write's: a leaf lock)
+        # The flag's, and the write's: once the waiting thread has cleared the
+        # flag under it, nothing writes to the pipe.  Re-entrant: a signal
+        # handler run inside set() in the main thread may set it again.
+        self._ie_lock = RLock()
         self._ie_resolving = False
 
     def set(self) -> None:
         super().set()
-        with self._ie_lock:  # (the flag set first, then the event read: one of the two sides sees the other)
+        # (The event set first, then the flag read; the waiting thread sets the
+        # flag first, then reads the event: one of the two sees the other.)
+        if not self._ie_resolving:
+            return
+        lock = self._ie_lock
+        level = lock_level(lock)
+        # (Not a with, nor a finally, where a signal handler's exception can
+        # land after the acquire and leave the lock held: the release comes
+        # first, or the except does it, as in start_running_locked.)
+        try:
+            lock.acquire()
             if self._ie_resolving:
                 notify(self._ie_wfd)
+            lock.release()
+        except BaseException:
+            while lock_level(lock) > level:
+                lock.release()
+            raise
 
     def wait(self, timeout: float | None = None) -> bool:
         pool = self._ie_pool
         me = get_ident()
         if not self.is_set() and RESOLVERS.get(me) is pool and not pool.forked:
+            # (The resolver thread: no signal handler runs in it.)
             with self._ie_lock:
                 self._ie_resolving = True
             try:
