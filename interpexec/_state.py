@@ -263,7 +263,7 @@ class PoolState:
         self.callbacks_due: collections.deque[PoolFuture[Any]] = collections.deque()
         self.callbacks_closed = False
         self.callbacks_woken = False  # a wake-up for them is on its way
-        self.nested_waits = 0  # the resolver's result() waits inside done-callbacks (see Waiting._resolve_until)
+        self.nested_waits = 0  # the resolver's waits in done-callbacks (see Resolver.resolve_nested)
         self.closed = False  # channels closed: nothing more can arrive
         self.forked = False
         self.parking = False
