@@ -38,7 +38,6 @@ if TYPE_CHECKING:
         def resolve_nested(self, done: Callable[[], bool], timeout: float | None) -> float | None: ...
 
         results: Any  # (its ``wfd``: the resolver's wake-up pipe)
-        forked: bool
 
 else:
     # ``Future["T"]`` is a types.GenericAlias whose base is Future itself: the
@@ -121,8 +120,8 @@ def resolving_wait(waiter: Any) -> None:
     :class:`ResolvingEvent`, once (it is installed on every future waited for)."""
     event = getattr(waiter, "event", None)
     if type(event) is threading.Event:
-        pool = RESOLVERS.get(get_ident())
-        if pool is not None and not pool.forked:
+        pool = RESOLVERS.get(get_ident())  # (cleared in a forked child)
+        if pool is not None:
             resolving = ResolvingEvent(pool)
             if event.is_set():  # (not expected: the futures' locks are held while it is installed)
                 resolving.set()
@@ -178,7 +177,7 @@ class ResolvingEvent(threading.Event):
     def wait(self, timeout: float | None = None) -> bool:
         pool = self._ie_pool
         me = get_ident()
-        if not self.is_set() and RESOLVERS.get(me) is pool and not pool.forked:
+        if not self.is_set() and RESOLVERS.get(me) is pool:
             # (The resolver thread: no signal handler runs in it.)
             with self._ie_lock:
                 self._ie_resolving = True

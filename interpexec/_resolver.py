@@ -769,8 +769,7 @@ class Resolver(Workers):
             while not self.closed:
                 if self.parked:
                     self.retry_parked()
-                if self.collect() and done():
-                    break
+                self.collect()
                 if done():
                     break
                 ctl[COLLECTOR_ASLEEP] = 1
