@@ -456,7 +456,8 @@ class PoolFuture(Future[T]):
         The lock is tried once and held until the state has changed: no gap
         where the main thread could take it between the two."""
         cond: FutureCondition = self._condition  # type: ignore[assignment]
-        if not (_acquire(cond, True, wait) if wait else _acquire(cond, False)):  # (wait < 0: no limit)
+        # (Tried first without a deadline: the common case, free, costs no clock.)
+        if not (_acquire(cond, False) or (wait and _acquire(cond, True, wait))):  # (wait < 0: no limit)
             return False
         try:
             if self._state in _DONE:
