@@ -265,12 +265,7 @@ class Resolver(Workers):
                 # costing the main interpreter a frame and a main-thread test
                 # less): a native value (a bare id: None) for a task already out
                 # of the window, with nothing parked (whose order it keeps).
-                if type(msg) is int:
-                    tid, value = msg, None
-                elif msg[1] == VALUE:
-                    tid, value = msg[0], msg[2]
-                else:
-                    tid = 0
+                tid, value = _plain(msg)
                 item = unsettled.get(tid) if tid else None
                 if item is None or tid in inflight or self.parked:
                     self._handle(msg)
@@ -323,12 +318,7 @@ class Resolver(Workers):
                 # burst): a native value (a bare id: None) for a task already
                 # out of the window, whose future nobody waits for and has no
                 # callback; anything else goes the general way.
-                if type(msg) is int:
-                    tid, value = msg, None
-                elif msg[1] == VALUE:
-                    tid, value = msg[0], msg[2]
-                else:
-                    tid = 0
+                tid, value = _plain(msg)
                 item = unsettled.get(tid) if tid else None
                 if item is not None and tid not in inflight and item.future.settle_unwatched(value):
                     self._settled(tid, item)
@@ -1031,6 +1021,17 @@ def _cause_class() -> type[RemoteTraceback]:
     from ._broken import RemoteTracebackCause
 
     return RemoteTracebackCause
+
+
+def _plain(msg: Any) -> tuple[int, Any]:
+    """A plain result's task id and value: a natively shareable value, or a
+    bare id for a task that returned None; ``(0, None)`` for any other
+    message (the delivery loops' common case, see ``Resolver._deliver``)."""
+    if type(msg) is int:
+        return msg, None
+    if msg[1] == VALUE:
+        return msg[0], msg[2]
+    return 0, None
 
 
 def _copy_out(arrived: deque[Any]) -> list[int]:
