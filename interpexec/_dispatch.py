@@ -135,6 +135,12 @@ class Dispatcher(PoolState):
             self.dispatching = outer
             self.limbo.append(item)
             self.repair_limbo_locked()
+            # The calls still pending may have a free window and nothing in
+            # flight whose result would dispatch them: the resolver looks
+            # (see stranded()).  (Under the pool's lock, as the channels are
+            # closed: never to a closed descriptor.)
+            if not self.closed:
+                self.results.notify()
             raise
         # (Not while a dispatch this one interrupted, from a signal handler that
         # shut the pool down, is moving an item, nor while one waits for its
@@ -146,6 +152,15 @@ class Dispatcher(PoolState):
                 self.stops_sent += 1
                 self._wake_a_worker(force=True)
         return failed
+
+    def stranded(self) -> bool:
+        """Whether calls wait in ``pending`` while the window has room (read
+        without the lock).  Under the lock, a dispatch leaves pending calls
+        only behind a full window; a Ctrl-C that ends a dispatch early (in
+        ``submit()``, after it made room) leaves them with room, and nothing
+        in flight may be left whose result would dispatch them: whoever sees
+        this dispatches (the resolver, a thread entering ``result()``)."""
+        return bool(self.pending) and len(self.inflight) < self.window and not self.closed
 
     def _send_locked(
         self, item: WorkItem, outer: WorkItem | None, failed: list[tuple[WorkItem, BaseException]]

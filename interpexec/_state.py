@@ -255,6 +255,7 @@ class PoolState:
         # (see Resolver._park):
         self.parked: dict[int, tuple[WorkItem, tuple[bool, Any]]] = {}
         self.park_retry = 0.02  # the resolver's interval between tries (see Resolver.retry_parked)
+        self.park_retry_at = 0.0  # (time.monotonic()) when the resolver tries them next
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

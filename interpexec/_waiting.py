@@ -126,7 +126,7 @@ class Waiting(Resolver):
         me = threading.get_ident()
         if me == self.resolver_ident:
             return self._resolve_until(fut, timeout)
-        if self.limbo or self.repair_failed:  # (rare: see Dispatcher.repair_limbo_locked)
+        if self.limbo or self.repair_failed or self.stranded():  # (rare: see repair_limbo_locked, stranded)
             with self.lock:
                 failed = self.dispatch_locked()
             self.fail_items(failed)

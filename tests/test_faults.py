@@ -36,6 +36,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -2226,6 +2227,58 @@ def _line_text(code, n):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("then", ["result", "resolver"])
+def test_calls_a_ctrl_c_left_queued_with_room_in_the_window_are_still_sent(then):
+    """A Ctrl-C in ``submit()`` while it made room in a full window (it
+    collected the last results in flight, then dispatched the queued calls)
+    puts the call it was moving back in ``pending`` and ends the dispatch: the
+    queued calls, each returned by an earlier ``submit()``, had a free window
+    and nothing in flight whose result would dispatch them.  Nobody sent them,
+    and ``result()`` on any of them waited for ever (found by the step test,
+    about one run in six).  Now a thread that waits in ``result()`` sends them,
+    and so does the resolver when it next looks."""
+    from interpexec import _compat
+
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(1) as ex:
+        ex.prestart(wait=True)
+        pool = ex._pool
+        code = type(pool).dispatch_locked.__code__
+        popped = next(n for _, _, n in code.co_lines() if n and "pending.popleft()" in _line_text(code, n))
+        after = min(n for _, _, n in code.co_lines() if n and n > popped)  # (the next line that runs)
+        fired = []
+
+        def at(code_, line):
+            if line == after and threading.current_thread() is threading.main_thread() and not fired:
+                fired.append(line)
+                raise KeyboardInterrupt  # (a Ctrl-C right after the pop)
+            return None
+
+        with contextlib.ExitStack() as held:
+            held.enter_context(_resolver_held_busy(ex))  # (the main thread collects and dispatches)
+            blockers = [ex.submit(fh.block_on_queue, q) for _ in range(pool.window - len(pool.inflight))]
+            queued = [ex.submit(fh.ok, i) for i in range(5)]
+            assert [f._state for f in queued] == ["PENDING"] * 5
+            for _ in blockers:
+                q.put("done")
+            _until(lambda: _compat.queue_count(pool.results.qid) >= len(blockers), "the blockers' results queued")
+            with _monitored(code, sys.monitoring.events.LINE, at), pytest.raises(KeyboardInterrupt):
+                ex.submit(fh.ok, 99)  # (the window is full: it collects, then dispatches)
+            assert fired and not pool.inflight and len(pool.pending) == 5
+            if then == "resolver":
+                held.close()  # (the resolver, free again, looks)
+                got = []
+                t = threading.Thread(target=lambda: got.extend(f.result(timeout=20) for f in queued))
+                t.start()
+                t.join(30)
+            else:  # (the resolver still held: the waiting thread itself sends them)
+                got = [f.result(timeout=20) for f in queued]
+        assert got == list(range(5))
+        assert [f.result(timeout=20) for f in blockers] == ["done"] * len(blockers)
+        assert ex.submit(fh.ok, 6).result(timeout=30) == 6
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("path", ["general", "inline"])
 def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering(path):
     """A signal handler that waits for the very future whose result the main
@@ -2244,7 +2297,7 @@ def test_a_signal_handler_waiting_for_the_result_its_thread_is_delivering(path):
             line_wanted = None
         else:
             code = type(pool)._deliver_in_main.__code__
-            line_wanted = next(n for _, _, n in code.co_lines() if n and "if type(msg) is int:" in _line_text(code, n))
+            line_wanted = next(n for _, _, n in code.co_lines() if n and "= _plain(msg)" in _line_text(code, n))
         nested: list[object] = []
         box: list[object] = []
 
@@ -2959,6 +3012,56 @@ def test_a_futures_lock_the_main_thread_left_held_holds_up_that_future_only(then
     # (shutdown: the with block's, from the main thread, releases the lock first)
     assert stuck.result(timeout=0) == "late"
     assert ran == ["late"]
+
+
+@pytest.mark.timeout(60)
+def test_a_parked_outcome_is_tried_again_every_park_retry_not_once_per_result():
+    """An outcome parked because the main thread left its future's lock held
+    (a Ctrl-C inside ``concurrent.futures.wait()`` leaves thousands at once) is
+    tried again every ``park_retry`` (doubling while none settles), as the
+    docs say.  The resolver tried every parked outcome again on every pass
+    of its loop, once per result or two while results flowed: each pass
+    cost as much as the parked outcomes were many."""
+    from interpexec._resolver import PARK_RETRY
+
+    q = interpexec.Queue()
+    with InterpreterPoolExecutor(2) as ex:
+        pool = ex._pool
+        stuck = ex.submit(fh.block_on_queue, q)
+        _until(stuck.running, "the stuck call running")
+        stuck._condition.acquire()  # left held, as by a Ctrl-C inside cf.wait()
+        q.put("late")
+        _until(lambda: pool.parked, "the outcome parked")
+        tries = []
+        retry_parked = pool.retry_parked
+
+        def counted():
+            if threading.get_ident() == pool.resolver_ident:
+                tries.append(None)
+            return retry_parked()
+
+        pool.retry_parked = counted
+        # Results flow through the resolver: submitted and waited for by
+        # another thread (the main thread, which holds the lock, would settle
+        # the parked outcome at its first collect).
+        flowed = {}
+
+        def flow():
+            t0 = time.monotonic()
+            fs = [ex.submit(fh.ok, i) for i in range(3000)]
+            done, _ = cf.wait(fs, timeout=30)
+            flowed["seconds"] = time.monotonic() - t0
+            flowed["results"] = sorted(f.result() for f in done)
+
+        t = threading.Thread(target=flow)
+        t.start()
+        t.join(40)
+        del pool.retry_parked
+        assert flowed["results"] == list(range(3000))
+        assert stuck._state == "RUNNING" and pool.parked
+        assert len(tries) <= flowed["seconds"] / PARK_RETRY + 3, (len(tries), flowed)
+        assert stuck.result(timeout=20) == "late"  # (this thread holds the lock: it settles it)
+        stuck._condition.release()
 
 
 @pytest.mark.timeout(60)
