@@ -134,13 +134,16 @@ class Dispatcher(PoolState):
             # handler can run as a function starts.)
             self.dispatching = outer
             self.limbo.append(item)
-            self.repair_limbo_locked()
-            # The calls still pending may have a free window and nothing in
-            # flight whose result would dispatch them: the resolver looks
-            # (see stranded()).  (Under the pool's lock, as the channels are
-            # closed: never to a closed descriptor.)
+            # The calls still pending may be left with a free window and
+            # nothing in flight whose result would dispatch them: the
+            # resolver looks (see dispatch_due()), woken before the repair,
+            # which a second exception can cut short (it then finds the item
+            # in limbo, and waits for this lock to repair it).  (Under the
+            # pool's lock, as the channels are closed: never to a closed
+            # descriptor.)
             if not self.closed:
                 self.results.notify()
+            self.repair_limbo_locked()
             raise
         # (Not while a dispatch this one interrupted, from a signal handler that
         # shut the pool down, is moving an item, nor while one waits for its
@@ -161,6 +164,23 @@ class Dispatcher(PoolState):
         in flight may be left whose result would dispatch them: whoever sees
         this dispatches (the resolver, a thread entering ``result()``)."""
         return bool(self.pending) and len(self.inflight) < self.window and not self.closed
+
+    def dispatch_due(self) -> bool:
+        """Whether a dispatch has work that no result in flight may bring it
+        to (read without the lock): calls ``stranded()``, or a dispatch cut
+        short left an item to repair (``limbo``) or a failure to report
+        (``repair_failed``)."""
+        return bool(self.limbo or self.repair_failed) or self.stranded()
+
+    def dispatch_now(self) -> None:
+        """Dispatch under the pool's lock, then fail what could not be sent."""
+        with self.lock:
+            failed = self.dispatch_locked()
+        if failed:
+            self.fail_items(failed)
+
+    def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:
+        raise NotImplementedError  # provided by Resolver (a failure may wait aside, as a result does)
 
     def _send_locked(
         self, item: WorkItem, outer: WorkItem | None, failed: list[tuple[WorkItem, BaseException]]

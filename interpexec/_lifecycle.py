@@ -189,9 +189,6 @@ class Workers(Dispatcher):
                 self.warned_interps.add(interp)
             warnings.warn(why, RuntimeWarning, stacklevel=1)
 
-    def fail_items(self, failed: list[tuple[WorkItem, BaseException]]) -> None:
-        raise NotImplementedError  # provided by Resolver (a failure may wait aside, as a result does)
-
     def set_broken(self, message: str, cause: BaseException | None) -> None:
         with self.lock:
             if self.broken is not None:

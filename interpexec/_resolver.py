@@ -507,8 +507,8 @@ class Resolver(Workers):
         which can take a lock it holds itself, settles them at its next
         collect.  The task stays in ``unsettled`` meanwhile."""
         self.parked[tid] = (item, outcome)
-        self.park_retry = PARK_RETRY
-        self.park_retry_at = min(self.park_retry_at, time.monotonic() + PARK_RETRY)
+        self.parked_retry = PARK_RETRY
+        self.parked_retry_at = min(self.parked_retry_at, time.monotonic() + PARK_RETRY)
         if threading.get_ident() == self.resolver_ident:
             return
         # The resolver ends with a last look at ``parked`` after it closed the
@@ -545,16 +545,16 @@ class Resolver(Workers):
                     if item.waiter_fd and item.waiter_thread != me:
                         notify(item.waiter_fd - 1)
         if me == self.resolver_ident:
-            self.park_retry = PARK_RETRY if settled else min(2 * self.park_retry, PARK_RETRY_MAX)
-            self.park_retry_at = time.monotonic() + self.park_retry
+            self.parked_retry = PARK_RETRY if settled else min(2 * self.parked_retry, PARK_RETRY_MAX)
+            self.parked_retry_at = time.monotonic() + self.parked_retry
         return settled
 
     def parked_due(self) -> bool:
         """Whether the resolver should try the parked outcomes again now: once
-        every ``park_retry``, not on every pass of its loop (with results
+        every ``parked_retry``, not on every pass of its loop (with results
         flowing, a pass per result or two, each trying every parked outcome:
         thousands after one interrupted ``concurrent.futures.wait()``)."""
-        return bool(self.parked) and time.monotonic() >= self.park_retry_at
+        return bool(self.parked) and time.monotonic() >= self.parked_retry_at
 
     def _leave_window(self, tids: list[int], msg: tuple[Any, ...] | None = None) -> None:
         """Move the tasks ``tids`` out of the window (in flight -> unsettled,
@@ -707,11 +707,8 @@ class Resolver(Workers):
             # (Parked outcomes settled here may be all it waited for to end:
             # it then looks at the end below before it sleeps with no deadline.)
             settled = self.parked_due() and self.retry_parked()
-            if self.stranded():  # (a dispatch a Ctrl-C cut short: it woke this thread)
-                with self.lock:
-                    failed = self.dispatch_locked() if self.stranded() else None
-                if failed:
-                    self.fail_items(failed)
+            if self.dispatch_due():  # (a dispatch a Ctrl-C cut short: it woke this thread)
+                self.dispatch_now()
             if (
                 self.cancelling or self.taken_back or self.drained
             ):  # (left by a stop cut short, or one that could not wait)
@@ -729,7 +726,7 @@ class Resolver(Workers):
                         slept_from + self.park_retry if self.cancelling or self.taken_back or self.drained else None
                     )
                     if self.parked:
-                        retry_at = self.park_retry_at if retry_at is None else min(retry_at, self.park_retry_at)
+                        retry_at = self.parked_retry_at if retry_at is None else min(retry_at, self.parked_retry_at)
                     if self.wanted < self.max_workers and (self.inflight or self.pending):
                         if self._wait_or_grow(None, retry_at):
                             ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
@@ -771,7 +768,7 @@ class Resolver(Workers):
         self.collect()
         while self.parked:  # (the last take can park some: they must not be lost)
             self.retry_parked()
-            if self.parked and wait(rfd, time.monotonic() + self.park_retry):
+            if self.parked and wait(rfd, time.monotonic() + self.parked_retry):
                 ctl[COLLECTOR_READ] += len(os.read(rfd, 4096))
         self.run_callbacks_due()  # (handed over before the hand-over closed)
         with self.lock:
@@ -795,6 +792,8 @@ class Resolver(Workers):
             while not self.closed:
                 if self.parked_due():
                     self.retry_parked()
+                if self.dispatch_due():  # (as the resolver's own loop does)
+                    self.dispatch_now()
                 self.collect()
                 if done():
                     break
@@ -804,7 +803,7 @@ class Resolver(Workers):
                         continue
                     # (It stands in for the resolver: it grows the pool too,
                     # and tries parked outcomes again.)
-                    retry_at = self.park_retry_at if self.parked else None
+                    retry_at = self.parked_retry_at if self.parked else None
                     if (
                         self.wanted < self.max_workers
                         and (self.inflight or self.pending)

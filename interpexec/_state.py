@@ -254,8 +254,12 @@ class PoolState:
         # Outcomes decoded whose futures' locks another thread held, by task id
         # (see Resolver._park):
         self.parked: dict[int, tuple[WorkItem, tuple[bool, Any]]] = {}
-        self.park_retry = 0.02  # the resolver's interval between tries (see Resolver.retry_parked)
-        self.park_retry_at = 0.0  # (time.monotonic()) when the resolver tries them next
+        # The resolver's intervals between tries, doubling while none succeeds:
+        # of parked outcomes (see Resolver.retry_parked), and of the calls a
+        # stop left to cancel (see Resolver.finish_cancelling).
+        self.parked_retry = 0.02
+        self.parked_retry_at = 0.0  # (time.monotonic()) when it tries the parked ones next
+        self.park_retry = 0.02
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

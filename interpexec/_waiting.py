@@ -126,10 +126,8 @@ class Waiting(Resolver):
         me = threading.get_ident()
         if me == self.resolver_ident:
             return self._resolve_until(fut, timeout)
-        if self.limbo or self.repair_failed or self.stranded():  # (rare: see repair_limbo_locked, stranded)
-            with self.lock:
-                failed = self.dispatch_locked()
-            self.fail_items(failed)
+        if self.dispatch_due():  # (rare: a dispatch a Ctrl-C cut short)
+            self.dispatch_now()
         if self.cancelling or self.taken_back or self.drained:  # (rare: see Resolver.finish_cancelling)
             self.finish_cancelling(blocking=False)  # (never waiting: result() has a timeout)
         watch = self.watch(fut, me)

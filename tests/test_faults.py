@@ -2227,7 +2227,7 @@ def _line_text(code, n):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("then", ["result", "resolver"])
+@pytest.mark.parametrize("then", ["result", "resolver", "callback"])
 def test_calls_a_ctrl_c_left_queued_with_room_in_the_window_are_still_sent(then):
     """A Ctrl-C in ``submit()`` while it made room in a full window (it
     collected the last results in flight, then dispatched the queued calls)
@@ -2236,7 +2236,8 @@ def test_calls_a_ctrl_c_left_queued_with_room_in_the_window_are_still_sent(then)
     and nothing in flight whose result would dispatch them.  Nobody sent them,
     and ``result()`` on any of them waited for ever (found by the step test,
     about one run in six).  Now a thread that waits in ``result()`` sends them,
-    and so does the resolver when it next looks."""
+    and so does the resolver, woken by the dispatch cut short, in its loop and
+    in a done-callback's wait."""
     from interpexec import _compat
 
     q = interpexec.Queue()
@@ -2254,10 +2255,27 @@ def test_calls_a_ctrl_c_left_queued_with_room_in_the_window_are_still_sent(then)
                 raise KeyboardInterrupt  # (a Ctrl-C right after the pop)
             return None
 
-        with contextlib.ExitStack() as held:
-            held.enter_context(_resolver_held_busy(ex))  # (the main thread collects and dispatches)
+        # The resolver held in a done-callback (the main thread collects and
+        # dispatches), which then waits for the queued calls itself ("callback").
+        busy, go, held_done = threading.Event(), threading.Event(), threading.Event()
+        queued: list[cf.Future] = []
+        in_callback: list[object] = []
+
+        def hold(f):
+            busy.set()
+            go.wait(20)
+            if then == "callback":
+                try:
+                    in_callback.extend(g.result(timeout=20) for g in queued)
+                except BaseException as exc:
+                    in_callback.append(exc)
+            held_done.set()
+
+        ex.submit(fh.ok, "c").add_done_callback(hold)
+        try:
+            assert busy.wait(10)
             blockers = [ex.submit(fh.block_on_queue, q) for _ in range(pool.window - len(pool.inflight))]
-            queued = [ex.submit(fh.ok, i) for i in range(5)]
+            queued += [ex.submit(fh.ok, i) for i in range(5)]
             assert [f._state for f in queued] == ["PENDING"] * 5
             for _ in blockers:
                 q.put("done")
@@ -2265,14 +2283,20 @@ def test_calls_a_ctrl_c_left_queued_with_room_in_the_window_are_still_sent(then)
             with _monitored(code, sys.monitoring.events.LINE, at), pytest.raises(KeyboardInterrupt):
                 ex.submit(fh.ok, 99)  # (the window is full: it collects, then dispatches)
             assert fired and not pool.inflight and len(pool.pending) == 5
-            if then == "resolver":
-                held.close()  # (the resolver, free again, looks)
+            if then == "result":  # (the resolver still held: the waiting thread itself sends them)
+                got = [f.result(timeout=20) for f in queued]
+            elif then == "resolver":  # (freed, it looks: another thread waits)
+                go.set()
                 got = []
                 t = threading.Thread(target=lambda: got.extend(f.result(timeout=20) for f in queued))
                 t.start()
                 t.join(30)
-            else:  # (the resolver still held: the waiting thread itself sends them)
-                got = [f.result(timeout=20) for f in queued]
+            else:  # (freed, its callback waits for them: nobody else touches the pool)
+                go.set()
+                assert held_done.wait(30)
+                got = in_callback
+        finally:
+            go.set()
         assert got == list(range(5))
         assert [f.result(timeout=20) for f in blockers] == ["done"] * len(blockers)
         assert ex.submit(fh.ok, 6).result(timeout=30) == 6
