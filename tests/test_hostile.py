@@ -2168,7 +2168,7 @@ else:
 KI_CODE = Resolver._settled.__code__
 KI_AFTER = {hh.offset_after_call(Resolver._settled, name) for name in ("notify", "pop")}
 st = {"tid": None, "paused": False, "ki": 0, "t": None}
-main_has_f, t_checked = threading.Event(), threading.Event()
+main_has_f, t_checked, t_first = threading.Event(), threading.Event(), threading.Event()
 def at(code, offset):
     me = threading.get_ident()
     if st["tid"] is None:
@@ -2188,8 +2188,8 @@ def at(code, offset):
     elif me == st["t"] and code is CHECK and offset == -1 and not main_has_f.is_set():
         main_has_f.wait(10)
 def on_return(code, offset, retval):
-    if threading.get_ident() == st["t"] and code is CHECK and main_has_f.is_set() and retval is False:
-        t_checked.set()
+    if threading.get_ident() == st["t"] and code is CHECK and retval is False:
+        (t_checked if main_has_f.is_set() else t_first).set()
 TOOL = sys.monitoring.PROFILER_ID
 sys.monitoring.use_tool_id(TOOL, "lost wake-up test")
 E = sys.monitoring.events
@@ -2216,10 +2216,11 @@ def t_main():
 T = threading.Thread(target=t_main, daemon=True)
 T.start()
 item = ex._pool.inflight[F._ie_tid]
-deadline = time.monotonic() + 20
-while not item.waiter_fd:  # (a state of the pool: the other thread registered its pipe)
-    assert time.monotonic() < deadline, "the other thread never registered its wait"
-    time.sleep(0.0005)
+# (Its first look over, before F can end: a look still going on when F ended
+# could take F's result itself, and the main thread would have nothing to
+# deliver.  Its later looks wait for the main thread, see at().)
+assert t_first.wait(20), "the other thread never looked"
+assert item.waiter_fd, "the other thread never registered its wait"
 st["tid"] = F._ie_tid
 os.write(wfd, b"x")  # F ends; the main thread takes F's and G's results
 try:
