@@ -156,21 +156,19 @@ class Dispatcher(PoolState):
                 self._wake_a_worker(force=True)
         return failed
 
-    def stranded(self) -> bool:
-        """Whether calls wait in ``pending`` while the window has room (read
-        without the lock).  Under the lock, a dispatch leaves pending calls
-        only behind a full window; a Ctrl-C that ends a dispatch early (in
-        ``submit()``, after it made room) leaves them with room, and nothing
-        in flight may be left whose result would dispatch them: whoever sees
-        this dispatches (the resolver, a thread entering ``result()``)."""
-        return bool(self.pending) and len(self.inflight) < self.window and not self.closed
-
     def dispatch_due(self) -> bool:
         """Whether a dispatch has work that no result in flight may bring it
-        to (read without the lock): calls ``stranded()``, or a dispatch cut
+        to (read without the lock; one test per ``result()``): a dispatch cut
         short left an item to repair (``limbo``) or a failure to report
-        (``repair_failed``)."""
-        return bool(self.limbo or self.repair_failed) or self.stranded()
+        (``repair_failed``), or calls wait in ``pending`` while the window has
+        room.  Under the lock, a dispatch leaves pending calls only behind a
+        full window; a Ctrl-C that ends one early (in ``submit()``, after it
+        made room) leaves them with room, and maybe nothing in flight whose
+        result would dispatch them: whoever sees this dispatches (the
+        resolver, a thread entering ``result()``)."""
+        return bool(
+            self.limbo or self.repair_failed or (self.pending and len(self.inflight) < self.window and not self.closed)
+        )
 
     def dispatch_now(self) -> None:
         """Dispatch under the pool's lock, then fail what could not be sent."""
