@@ -454,7 +454,7 @@ class Resolver(Workers):
         its future has left PENDING, so a signal handler's exception that cuts
         this short loses nothing: whoever comes next finishes (the next
         ``shutdown()``, the exit's, a thread waiting in ``result()``, or the
-        resolver, which tries them every ``park_retry`` and does not end while
+        resolver, which tries them every ``cancel_retry`` and does not end while
         any is left).  A thread that may not wait for a future's lock only
         tries it, and leaves the call for later: the resolver (a thread in
         ``concurrent.futures.wait()`` may hold it while it waits for one the
@@ -491,7 +491,7 @@ class Resolver(Workers):
                 done += 1
         if cancelling or taken_back or self.drained:
             if resolver:  # (as for parked outcomes: the interval doubles while none moves)
-                self.park_retry = PARK_RETRY if done else min(2 * self.park_retry, PARK_RETRY_MAX)
+                self.cancel_retry = PARK_RETRY if done else min(2 * self.cancel_retry, PARK_RETRY_MAX)
             elif not blocking:
                 self.wake_resolver()  # (it keeps the time)
         return not (cancelling or taken_back or self.drained)
@@ -723,7 +723,7 @@ class Resolver(Workers):
                     slept_from = time.monotonic()
                     # (With outcomes parked, it wakes to try them again.)
                     retry_at = (
-                        slept_from + self.park_retry if self.cancelling or self.taken_back or self.drained else None
+                        slept_from + self.cancel_retry if self.cancelling or self.taken_back or self.drained else None
                     )
                     if self.parked:
                         retry_at = self.parked_retry_at if retry_at is None else min(retry_at, self.parked_retry_at)

@@ -259,7 +259,7 @@ class PoolState:
         # stop left to cancel (see Resolver.finish_cancelling).
         self.parked_retry = 0.02
         self.parked_retry_at = 0.0  # (time.monotonic()) when it tries the parked ones next
-        self.park_retry = 0.02
+        self.cancel_retry = 0.02
         self.resolver_thread: threading.Thread | None = None
         self.resolver_ident = 0
         self.resolver_finished = False

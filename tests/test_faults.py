@@ -3042,7 +3042,7 @@ def test_a_futures_lock_the_main_thread_left_held_holds_up_that_future_only(then
 def test_a_parked_outcome_is_tried_again_every_park_retry_not_once_per_result():
     """An outcome parked because the main thread left its future's lock held
     (a Ctrl-C inside ``concurrent.futures.wait()`` leaves thousands at once) is
-    tried again every ``park_retry`` (doubling while none settles), as the
+    tried again every ``parked_retry`` (doubling while none settles), as the
     docs say.  The resolver tried every parked outcome again on every pass
     of its loop, once per result or two while results flowed: each pass
     cost as much as the parked outcomes were many."""
