@@ -757,6 +757,12 @@ if _POOL_SIDE:
         return handle is not None and bool(handle.ident)
 
 
+def start_tracked_thread(fn):  # type: (Any) -> None
+    # Start a non-daemon thread the way task code does (through whatever
+    # wrap_thread_starts installed), unlike start_thread.
+    _thread.start_joinable_thread(fn, daemon=False)
+
+
 def thread_count():  # type: () -> int
     # Threads of the calling interpreter besides its main one (``_thread._count``).
     return int(_thread._count())
@@ -782,6 +788,30 @@ def wrap_thread_starts(wrap):  # type: (Any) -> None
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
+
+
+def end_threading():  # type: () -> list[Any]
+    # For an interpreter about to end (a worker's): what threading._shutdown()
+    # does before it joins the threads left, which CPython runs only when the
+    # interpreter is finalized, after the worker has waited for those threads.
+    # No more threading atexit registrations; main_thread() is seen as ended (a
+    # thread looping on its is_alive() ends, as in a worker process); and the
+    # registered callbacks (concurrent.futures' thread pools wake and join their
+    # idle threads: a pool a task left would otherwise wait for work for ever)
+    # are taken out and returned, newest first, for the caller to run.  Nothing
+    # when the interpreter never imported threading.
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return []
+    threading._SHUTTING_DOWN = True  # type: ignore[attr-defined]
+    main = threading._main_thread
+    handle = getattr(main, "_os_thread_handle", None) or getattr(main, "_handle", None)  # (3.14+; 3.13)
+    if handle is not None and not handle.is_done():
+        handle._set_done()
+    callbacks = threading._threading_atexits
+    calls = list(reversed(callbacks))
+    del callbacks[:]  # (run once: CPython's finalization runs what is left)
+    return calls
 
 
 if _POOL_SIDE:

@@ -7,8 +7,9 @@
 #   handlers; installed (from ``_worker_log``, loaded then) the moment task code
 #   first imports ``logging``, so even the first task's records are forwarded.
 # * :class:`ThreadTracker`: threads that tasks start are counted, so that the worker
-#   can wait for them (on a lock, not by polling) before its interpreter is
-#   destroyed, and name the ones left behind.
+#   can tell them its interpreter is ending (as a process exit does: threading's
+#   atexit callbacks), wait for them (on a lock, not by polling) before that
+#   interpreter is destroyed, and name the ones left behind.
 #
 # Imported inside every worker: standard library only, and little of it.
 
@@ -156,6 +157,31 @@ class ThreadTracker:
             return False
         self.idle.release()
         return self._settled()
+
+    def end_threading(self):  # type: () -> None
+        # The interpreter is about to end: tell the threads tasks left, as a
+        # worker process's exit does (see _compat.end_threading), by running
+        # threading's atexit callbacks.  They may join threads that are still
+        # busy: while tracked threads run, in a tracked thread of their own,
+        # which the wait that follows (bounded) covers and names.
+        calls = _compat.end_threading()
+        if not calls:
+            return
+
+        def threading_atexit_callbacks():  # type: () -> None
+            for call in calls:
+                try:
+                    call()
+                except BaseException as exc:  # (as CPython's finalization reports it)
+                    print("Exception ignored on threading shutdown:", file=sys.stderr)
+                    sys.excepthook(type(exc), exc, exc.__traceback__)
+
+        with self.lock:
+            busy = self.count
+        if busy:
+            _compat.start_tracked_thread(threading_atexit_callbacks)
+        else:
+            threading_atexit_callbacks()
 
     def _settled(self):  # type: () -> bool
         # A thread that left its function still has to delete its thread state;

@@ -210,6 +210,7 @@ def serve(control, settings):  # type: (memoryview, WorkerSettings) -> int
                 else:
                     ctl[layout.task_read + settings.index] -= 1  # (its reader counts it read, see pass_on)
         watchdog.stop()
+    threads.end_threading()
     if not threads.wait(settings.thread_grace):
         # Say what was left, then wait on: the pool retires this worker (a fresh
         # one takes its place) and destroys the interpreter once they end.

@@ -175,6 +175,28 @@ def leave_thread(kind, seconds):
     return kind
 
 
+_module_pool = None
+
+
+def use_a_module_thread_pool(n):
+    """As libraries do: a module-level ThreadPoolExecutor made on first use and
+    never shut down, whose idle threads end only when the interpreter exits."""
+    global _module_pool
+    if _module_pool is None:
+        import concurrent.futures  # (not at module level: it imports logging)
+
+        _module_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="module-pool")
+    return sum(_module_pool.map(abs, range(-n, n)))
+
+
+def flush_when_the_main_thread_ends():
+    """Start a thread that waits for ``threading.main_thread()`` to end (a
+    library's last flush), and return."""
+    main = threading.main_thread()
+    threading.Thread(target=main.join, name="main-watcher").start()
+    return True
+
+
 def swallow_interrupts_then_spin(times):
     """Catches the first ``times`` exceptions raised into it (as code whose
     ``except BaseException`` or weakref callback eats the pool's interrupt does),

@@ -697,6 +697,36 @@ def test_task_leaving_a_thread_running(tmp_path, kind, recycle):
     assert re.search(r"thread", proc.stderr, re.IGNORECASE), _report(proc)
 
 
+LEFTOVER_UNTIL_EXIT_SCRIPT = """
+recycle, end = sys.argv[1] == "recycle", sys.argv[2]
+ex = InterpreterPoolExecutor(2, **({"max_tasks_per_child": 1} if recycle else {}))
+# More calls than the pool has worker slots (2 * 2 + 4): a worker retired with
+# threads left holds its slot.
+for i in range(12):
+    assert ex.submit(rh.use_a_module_thread_pool, 10).result(timeout=20) == 100
+    assert ex.submit(rh.flush_when_the_main_thread_ends).result(timeout=20) is True
+print("calls done", ex.stats()["completed"], flush=True)
+if end == "shutdown":
+    ex.shutdown(wait=True)
+    print("shutdown returned", flush=True)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("end", ["shutdown", "exit"])
+@pytest.mark.parametrize("recycle", ["keep", "recycle"])
+def test_threads_that_end_when_their_interpreter_exits_end_with_their_worker(tmp_path, recycle, end):
+    """A worker process's exit ends a ThreadPoolExecutor its tasks left (its
+    threading atexit callback wakes the idle threads) and a thread waiting for
+    the main thread: a worker interpreter's end does the same, so neither a
+    recycled worker, nor shutdown(), nor the process's exit waits for them."""
+    proc = run_script(_script(tmp_path, LEFTOVER_UNTIL_EXIT_SCRIPT), recycle, end, flags=("-W", "always"))
+    assert proc.returncode == 0, _report(proc)
+    assert "calls done 24" in proc.stdout, _report(proc)
+    assert end != "shutdown" or "shutdown returned" in proc.stdout, _report(proc)
+    assert "left" not in proc.stderr and "Warning" not in proc.stderr, _report(proc)
+
+
 LEFTOVER_TERMINATE_SCRIPT = """
 kind = sys.argv[1]
 ex = InterpreterPoolExecutor(1)
