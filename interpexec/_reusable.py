@@ -44,9 +44,11 @@ def get_reusable_executor(
     CPU for the first): loky resizes its executor in place to one per CPU,
     which this one cannot do, and replacing it whenever callers alternate
     sizes (joblib always gives one) would make a new pool at every call.  As
-    with loky, ``reuse=True`` keeps the current executor when other keyword
-    arguments differ, and ``reuse=False`` always makes a new one (``"auto"``,
-    the default: reuse when they are the same).  Unlike loky 3.7+, which
+    with loky, ``reuse=True`` keeps the current executor and its settings when
+    other keyword arguments differ (a new ``max_workers`` then gets a new pool
+    made with the current one's settings, as loky resizes keeping them), and
+    ``reuse=False`` always makes a new one (``"auto"``, the default: reuse when
+    they are the same).  Unlike loky 3.7+, which
     keeps one per thread, the executor is one for the whole process (it is
     thread-safe, and a pool per thread would multiply the interpreters).
 
@@ -72,8 +74,13 @@ def _get(
         current = _executor
         if max_workers is None:
             max_workers = current.max_workers if current is not None and current.usable else default_max_workers()
-        if current is not None and current.usable and max_workers == current.max_workers:
-            if reuse is True or (reuse == "auto" and config == _config):
+        if current is not None and current.usable:
+            if reuse is True:
+                # Its settings, not this call's: loky resizes its executor in
+                # place, keeping them; a new size here gets a new pool made
+                # with them (its initializer still runs in every worker).
+                config = _config
+            if max_workers == current.max_workers and reuse is not False and config == _config:
                 return current
         _executor = InterpreterPoolExecutor(max_workers, **config)
         _config = config

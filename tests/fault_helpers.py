@@ -197,3 +197,16 @@ def init_fails_once_marked(path):
     """An initializer that fails once the file ``path`` exists."""
     if os.path.exists(path):
         raise RuntimeError("the initializer fails now")
+
+
+_tag = "uninitialized"
+
+
+def set_tag(tag):
+    """An initializer: marks the worker's interpreter."""
+    global _tag
+    _tag = tag
+
+
+def get_tag(_ignored=None):
+    return _tag

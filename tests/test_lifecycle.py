@@ -121,6 +121,22 @@ def test_reusable_executor_takes_loky_s_reuse_and_keeps_its_size_by_default():
 
 
 @pytest.mark.timeout(30)
+def test_reusable_executor_resized_with_reuse_true_keeps_its_settings():
+    """loky resizes its executor in place, keeping its initializer: with
+    ``reuse=True`` a new size gets a new pool made with the current one's
+    settings, not the defaults of the call."""
+    get_reusable_executor(reuse=True).shutdown()
+    first = get_reusable_executor(1, initializer=fh.set_tag, initargs=(42,))
+    assert first.submit(fh.get_tag).result(timeout=10) == 42
+    resized = get_reusable_executor(2, reuse=True)
+    assert resized is not first and resized._max_workers == 2
+    assert set(resized.map(fh.get_tag, range(8), timeout=20)) == {42}
+    assert get_reusable_executor(2, reuse=True, initializer=fh.set_tag, initargs=(7,)) is resized
+    assert get_reusable_executor(2, initializer=fh.set_tag, initargs=(42,)) is resized  # ("auto": the same settings)
+    resized.shutdown()
+
+
+@pytest.mark.timeout(30)
 def test_reusable_executor_keeps_idle_interpreters_on_3_13():
     """Its idle workers give their interpreters back after 300 s, except on
     3.13, where CPython does not give a destroyed interpreter's memory back
