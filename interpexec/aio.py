@@ -34,6 +34,7 @@ every backend anyio supports (asyncio and trio), with or without an anyio runner
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
     from ._waiting import Watch
 
-__all__ = ["current_default_executor", "run_sync", "set_default_executor"]
+__all__ = ["current_default_executor", "current_default_interpreter_limiter", "run_sync", "set_default_executor"]
 
 
 async def run_sync[*PosArgsT, T_Retval](
@@ -66,8 +67,10 @@ async def run_sync[*PosArgsT, T_Retval](
     :param args: its positional arguments (picklable; ``bytes``, ``str``, numbers
         and tuples of them are passed without pickling)
     :param limiter: an anyio ``CapacityLimiter`` held for the duration of the call,
-        to bound how many calls run at once.  Without it, calls beyond the pool's
-        workers wait in the pool's queue (cheaply, and still cancellable).
+        to bound how many calls run at once.  Without it, the event loop's
+        :func:`current_default_interpreter_limiter` once that exists; before,
+        none: calls beyond the pool's workers wait in the pool's queue (cheaply,
+        and still cancellable).
     :param executor: the pool to run in; by default a per-process pool with one
         worker per CPU (see :func:`current_default_executor`)
     :return: what ``func`` returned
@@ -82,6 +85,8 @@ async def run_sync[*PosArgsT, T_Retval](
         executor = _default
         if executor is None or not executor.usable:
             executor = await current_default_executor()
+    if limiter is None and _limiters_made:
+        limiter = _default_limiter.get(None)
     if limiter is None:
         return await _call(executor, func, args)
     async with limiter:
@@ -102,6 +107,26 @@ async def current_default_executor() -> InterpreterPoolExecutor:
     return made
 
 
+def current_default_interpreter_limiter() -> CapacityLimiter:
+    """The capacity limiter :func:`run_sync` holds for a call given no ``limiter``,
+    as ``anyio.to_interpreter``'s: one per event loop, with as many tokens as
+    this process may use CPUs (change ``total_tokens`` to bound the calls).
+
+    Unlike anyio's, it exists only once asked for: until then :func:`run_sync`
+    holds none, and the pool's own workers bound the calls just as well (those
+    beyond them wait in its queue), without a limiter's cost per call."""
+    global _limiters_made
+    try:
+        return _default_limiter.get()
+    except LookupError:
+        from anyio import CapacityLimiter
+
+        limiter = CapacityLimiter(os.process_cpu_count() or 1)
+        _default_limiter.set(limiter)
+        _limiters_made = True
+        return limiter
+
+
 def set_default_executor(executor: InterpreterPoolExecutor | None) -> None:
     """Make ``executor`` the pool :func:`run_sync` uses by default (``None``: create
     a fresh default pool on next use).  The previous default is not shut down."""
@@ -113,6 +138,9 @@ def set_default_executor(executor: InterpreterPoolExecutor | None) -> None:
 
 
 # ------------------------------------------------------------------ default pool
+
+_default_limiter: anyio.lowlevel.RunVar[CapacityLimiter] = anyio.lowlevel.RunVar("interpexec_default_limiter")
+_limiters_made = False  # (run_sync looks for one only once some event loop made it)
 
 _default: InterpreterPoolExecutor | None = None
 _default_lock = threading.Lock()
