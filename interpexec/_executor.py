@@ -168,6 +168,14 @@ class InterpreterPoolExecutor(Executor):
         return self._pool.broken or False
 
     @property
+    def _thread_name_prefix(self) -> str:
+        """The prefix of the worker threads' names (``<prefix>_<slot>``; the
+        resolver's is ``<prefix>_resolver``): the given ``thread_name_prefix``,
+        or ``InterpreterPoolExecutor-<n>``; read as ThreadPoolExecutor's and the
+        standard InterpreterPoolExecutor's attribute of that name are."""
+        return self._pool.thread_name_prefix
+
+    @property
     def usable(self) -> bool:
         """True while :meth:`submit` accepts work: not shut down and not broken."""
         pool = self._pool

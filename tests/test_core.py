@@ -901,6 +901,8 @@ def test_failing_initializer_breaks_the_pool(make_pool):
 def test_thread_name_prefix_names_worker_threads(make_pool):
     prefix = "ietest-named-pool"
     executor = make_pool(max_workers=3, thread_name_prefix=prefix)
+    assert executor._thread_name_prefix == prefix  # (the standard pools' attribute)
+    assert make_pool(max_workers=1)._thread_name_prefix.startswith("InterpreterPoolExecutor-")
     with Gate() as gate:  # every worker thread is running a task
         futs = [gate.submit(executor, i) for i in range(3)]
         gate.wait_arrived(3)
