@@ -161,6 +161,7 @@ class Workers(Dispatcher):
         for threads its tasks left) and start another in its place; with
         ``interp``, only if that worker still runs that interpreter."""
         failed: list[tuple[WorkItem, BaseException]] | None = None
+        held_up = False
         with self.lock:
             worker = self.workers.get(slot)
             # (News from an interpreter that ended before it arrived: the worker
@@ -178,10 +179,18 @@ class Workers(Dispatcher):
                 if self.broken is None and (not self.shutdown_flag or self.work_left_locked()):
                     self.start_locked()
                     failed = self.dispatch_locked()
+                    # No worker left, and no slot to start one in (every one held
+                    # by a retired worker whose interpreter cannot end yet).
+                    held_up = not self.active and not self.free_slots and bool(self.pending or self.inflight)
                 self.ready.notify_all()
         if failed is not None:
             self.fail_items(failed)
             self.after_start()
+        if why and held_up:
+            why += (
+                "; every worker slot of the pool is now held by a retired worker, so the queued calls wait until "
+                "the threads of one of them end"
+            )
         if why and (interp is None or interp not in self.warned_interps):
             # (Last: with warnings as errors it raises, and the resolver handles
             # the message again.  Said even if the worker is gone, but once.)

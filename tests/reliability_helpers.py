@@ -175,6 +175,13 @@ def leave_thread(kind, seconds):
     return kind
 
 
+def leave_thread_reading(rfd):
+    """Start a thread that outlives the task: it reads a byte from ``rfd`` (it
+    ends when the test writes one, or closes the write end)."""
+    threading.Thread(target=os.read, args=(rfd, 1), name="leftover-reader").start()
+    return rfd
+
+
 _module_pool = None
 
 

@@ -727,6 +727,43 @@ def test_threads_that_end_when_their_interpreter_exits_end_with_their_worker(tmp
     assert "left" not in proc.stderr and "Warning" not in proc.stderr, _report(proc)
 
 
+EVERY_SLOT_HELD_SCRIPT = """
+import warnings
+r, w = os.pipe()
+held_up = threading.Event()
+shown = warnings.showwarning
+
+def show(message, *args, **kwargs):
+    if "every worker slot" in str(message):
+        print("warned:", message, flush=True)
+        held_up.set()
+    shown(message, *args, **kwargs)
+
+warnings.showwarning = show
+ex = InterpreterPoolExecutor(1, max_tasks_per_child=1, interrupt_grace=0.05)
+slots = 2 * 1 + 4  # (a pool's worker slots: 2 * max_workers + 4)
+futs = [ex.submit(rh.leave_thread_reading, r) for _ in range(slots + 1)]
+assert [f.result(timeout=30) for f in futs[:slots]] == [r] * slots
+assert held_up.wait(30), "no warning"
+assert not futs[-1].done()
+os.close(w)  # the leftover threads end: their workers' slots come free
+print("last", futs[-1].result(timeout=30), flush=True)
+ex.shutdown(wait=True)
+print("shutdown returned", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_calls_held_up_by_every_slot_held_by_retired_workers_are_warned_about_then_run(tmp_path):
+    """Every worker retired for threads its tasks left holds its slot until they
+    end: once all of them do, and calls are queued, the warning says why they
+    wait; they run as soon as one slot comes free."""
+    proc = run_script(_script(tmp_path, EVERY_SLOT_HELD_SCRIPT, watchdog=90), flags=("-W", "always"), timeout=100)
+    assert proc.returncode == 0, _report(proc)
+    assert "warned:" in proc.stdout and "queued calls wait" in proc.stdout, _report(proc)
+    assert "last " in proc.stdout and "shutdown returned" in proc.stdout, _report(proc)
+
+
 LEFTOVER_TERMINATE_SCRIPT = """
 kind = sys.argv[1]
 ex = InterpreterPoolExecutor(1)
