@@ -806,8 +806,11 @@ def end_threading():  # type: () -> list[Any]
     threading._SHUTTING_DOWN = True  # type: ignore[attr-defined]
     main = threading._main_thread
     handle = getattr(main, "_os_thread_handle", None) or getattr(main, "_handle", None)  # (3.14+; 3.13)
-    if handle is not None and not handle.is_done():
-        handle._set_done()
+    try:
+        if handle is not None and not handle.is_done():
+            handle._set_done()
+    except Exception:  # (not expected: a handle CPython changed; the callbacks matter more)
+        pass
     callbacks = threading._threading_atexits
     calls = list(reversed(callbacks))
     del callbacks[:]  # (run once: CPython's finalization runs what is left)

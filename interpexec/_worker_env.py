@@ -179,9 +179,12 @@ class ThreadTracker:
         with self.lock:
             busy = self.count
         if busy:
-            _compat.start_tracked_thread(threading_atexit_callbacks)
-        else:
-            threading_atexit_callbacks()
+            try:
+                _compat.start_tracked_thread(threading_atexit_callbacks)
+                return
+            except Exception:  # (no thread to be had: here then, as an exit would)
+                pass
+        threading_atexit_callbacks()
 
     def _settled(self):  # type: () -> bool
         # A thread that left its function still has to delete its thread state;
