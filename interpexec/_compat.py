@@ -801,17 +801,20 @@ def end_threading():  # type: () -> list[Any]
     # are taken out and returned, newest first, for the caller to run.  Nothing
     # when the interpreter never imported threading.
     threading = sys.modules.get("threading")
-    if threading is None:
+    if threading is None or getattr(getattr(threading, "__spec__", None), "_initializing", False):
+        return []  # (never imported; or a thread left is importing it: nothing registered yet)
+    try:
+        main = threading._main_thread
+        callbacks = threading._threading_atexits
+    except AttributeError:  # (not expected: a threading CPython changed)
         return []
     threading._SHUTTING_DOWN = True  # type: ignore[attr-defined]
-    main = threading._main_thread
     handle = getattr(main, "_os_thread_handle", None) or getattr(main, "_handle", None)  # (3.14+; 3.13)
     try:
         if handle is not None and not handle.is_done():
             handle._set_done()
-    except Exception:  # (not expected: a handle CPython changed; the callbacks matter more)
+    except Exception:  # (not expected either; the callbacks matter more)
         pass
-    callbacks = threading._threading_atexits
     calls = list(reversed(callbacks))
     del callbacks[:]  # (run once: CPython's finalization runs what is left)
     return calls

@@ -175,6 +175,10 @@ class InterpreterPoolExecutor(Executor):
         standard InterpreterPoolExecutor's attribute of that name are."""
         return self._pool.thread_name_prefix
 
+    @_thread_name_prefix.setter
+    def _thread_name_prefix(self, prefix: str) -> None:
+        self._pool.thread_name_prefix = prefix  # (as on ThreadPoolExecutor: names threads started after)
+
     @property
     def usable(self) -> bool:
         """True while :meth:`submit` accepts work: not shut down and not broken."""

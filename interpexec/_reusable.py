@@ -57,6 +57,8 @@ def get_reusable_executor(
     """
     if reuse not in (True, False, "auto"):
         raise ValueError(f"reuse must be True, False or 'auto', not {reuse!r}")
+    if reuse != "auto":
+        reuse = bool(reuse)  # (1 and 0 as True and False, as loky takes them)
     level = lock_level(_lock)  # (not 0 in a signal handler run inside _get)
     try:
         return _get(max_workers, idle_timeout, reuse, kwargs)

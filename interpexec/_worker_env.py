@@ -161,9 +161,9 @@ class ThreadTracker:
     def end_threading(self):  # type: () -> None
         # The interpreter is about to end: tell the threads tasks left, as a
         # worker process's exit does (see _compat.end_threading), by running
-        # threading's atexit callbacks.  They may join threads that are still
-        # busy: while tracked threads run, in a tracked thread of their own,
-        # which the wait that follows (bounded) covers and names.
+        # threading's atexit callbacks.  In a tracked thread of their own:
+        # they may join busy threads, or block themselves, and the wait that
+        # follows is bounded, and names what is left.
         calls = _compat.end_threading()
         if not calls:
             return
@@ -172,19 +172,18 @@ class ThreadTracker:
             for call in calls:
                 try:
                     call()
-                except BaseException as exc:  # (as CPython's finalization reports it)
-                    print("Exception ignored on threading shutdown:", file=sys.stderr)
-                    sys.excepthook(type(exc), exc, exc.__traceback__)
+                except BaseException as exc:  # (reported as CPython's finalization does)
+                    try:
+                        print("Exception ignored on threading shutdown:", file=sys.stderr)
+                        sys.excepthook(type(exc), exc, exc.__traceback__)
+                    except BaseException:  # (a broken stderr or hook: reporting never ends the worker)
+                        pass
 
-        with self.lock:
-            busy = self.count
-        if busy:
-            try:
-                _compat.start_tracked_thread(threading_atexit_callbacks)
-                return
-            except Exception:  # (no thread to be had: here then, as an exit would)
-                pass
-        threading_atexit_callbacks()
+        threading_atexit_callbacks.__qualname__ = "threading atexit callbacks"  # (named in the warning)
+        try:
+            _compat.start_tracked_thread(threading_atexit_callbacks)
+        except Exception:  # (no thread to be had: here then, as an exit would)
+            threading_atexit_callbacks()
 
     def _settled(self):  # type: () -> bool
         # A thread that left its function still has to delete its thread state;

@@ -182,6 +182,50 @@ def leave_thread_reading(rfd):
     return rfd
 
 
+def break_threading_exit_reporting(how):
+    """Register a threading atexit callback that raises, with reporting broken
+    too: ``sys.excepthook`` raises, or ``sys.stderr`` is closed."""
+    import io
+    import sys
+
+    def fail():
+        raise ValueError("atexit callback")
+
+    threading._register_atexit(fail)
+    if how == "hook":
+
+        def hook(*args):
+            raise RuntimeError("excepthook")
+
+        sys.excepthook = hook
+    else:
+        closed = io.StringIO()
+        closed.close()
+        sys.stderr = closed
+    return how
+
+
+def register_a_threading_atexit_reading(rfd):
+    """Register a threading atexit callback that blocks until it reads a byte
+    from ``rfd`` (a library's last flush that waits)."""
+    threading._register_atexit(os.read, rfd, 1)
+    return rfd
+
+
+def threading_still_importing():
+    """Make the worker's ``threading`` look as it does while a thread a task left
+    is still importing it (its spec marked initializing, nothing defined yet)."""
+    import importlib.machinery
+    import sys
+    import types
+
+    module = types.ModuleType("threading")
+    module.__spec__ = importlib.machinery.ModuleSpec("threading", None)
+    module.__spec__._initializing = True
+    sys.modules["threading"] = module
+    return True
+
+
 _module_pool = None
 
 

@@ -133,6 +133,9 @@ def test_reusable_executor_resized_with_reuse_true_keeps_its_settings():
     assert set(resized.map(fh.get_tag, range(8), timeout=20)) == {42}
     assert get_reusable_executor(2, reuse=True, initializer=fh.set_tag, initargs=(7,)) is resized
     assert get_reusable_executor(2, initializer=fh.set_tag, initargs=(42,)) is resized  # ("auto": the same settings)
+    assert get_reusable_executor(2, reuse=1, task_timeout=5.0) is resized  # (1 and 0: True and False)
+    assert get_reusable_executor(2, reuse=0, initializer=fh.set_tag, initargs=(42,)) is not resized
+    get_reusable_executor(reuse=True).shutdown()
     resized.shutdown()
 
 

@@ -727,6 +727,43 @@ def test_threads_that_end_when_their_interpreter_exits_end_with_their_worker(tmp
     assert "left" not in proc.stderr and "Warning" not in proc.stderr, _report(proc)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["hook", "stderr_closed", "importing"])
+def test_a_worker_ending_threading_never_breaks_the_pool(make_pool, how):
+    """What a worker's end does for threading (its atexit callbacks, reported
+    if they raise) never fails the worker: not with the reporting broken, nor
+    with a threading module a thread a task left is still importing."""
+    ex = make_pool(1, max_tasks_per_child=1)
+    if how == "importing":
+        assert ex.submit(rh.threading_still_importing).result(timeout=20) is True
+    else:
+        assert ex.submit(rh.break_threading_exit_reporting, how).result(timeout=20) == how
+    assert [ex.submit(rh.ident, i).result(timeout=20) for i in range(3)] == [0, 1, 2]
+    assert not ex._broken
+
+
+BLOCKING_ATEXIT_SCRIPT = """
+r, w = os.pipe()
+ex = InterpreterPoolExecutor(1, max_tasks_per_child=1, interrupt_grace=0.05)
+assert ex.submit(rh.register_a_threading_atexit_reading, r).result(timeout=20) == r
+print("next", ex.submit(rh.ident, 5).result(timeout=20), flush=True)  # (another worker)
+ex.shutdown(wait=True)
+print("shutdown returned", flush=True)
+os.write(w, b"x")  # (the callback ends: so can the old worker's interpreter, and the process)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_threading_atexit_callback_that_blocks_is_waited_for_as_a_thread_left_is(tmp_path):
+    """A worker's threading atexit callbacks run in a thread of their own: one
+    that blocks holds up neither the pool nor shutdown(), and the warning names
+    it, as a thread a task left."""
+    proc = run_script(_script(tmp_path, BLOCKING_ATEXIT_SCRIPT), flags=("-W", "always"))
+    assert proc.returncode == 0, _report(proc)
+    assert "next 5" in proc.stdout and "shutdown returned" in proc.stdout, _report(proc)
+    assert "threading atexit callbacks" in proc.stderr, _report(proc)
+
+
 EVERY_SLOT_HELD_SCRIPT = """
 import warnings
 r, w = os.pipe()
