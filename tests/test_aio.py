@@ -238,6 +238,32 @@ async def test_calls_made_one_after_the_other_run_in_one_interpreter(fresh_defau
         assert await aio.run_sync(h.interp_id) == first
 
 
+async def _two_calls_one_token(env, executor, token, **limit):
+    """Two calls on two idle workers, through ``token`` (a limiter of one
+    token): one runs, the other waits in the limiter, then runs."""
+    arrived_r, arrived_w, go_r, go_w = env.gate()
+    results = []
+
+    async def one(value):
+        results.append(await aio.run_sync(h.gated, arrived_w, go_r, value, executor=executor, **limit))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, 1)
+        tg.start_soon(one, 2)
+        assert await async_read_bytes(arrived_r) == b"a"
+        await anyio.wait_all_tasks_blocked()
+        # Two idle workers, but the limiter let only one call through.
+        assert token.statistics().borrowed_tokens == 1
+        assert token.statistics().tasks_waiting == 1
+        assert executor.stats()["in_flight"] == 1
+        assert nothing_to_read(arrived_r)
+        os.write(go_w, b"g")
+        assert await async_read_bytes(arrived_r) == b"a"
+        os.write(go_w, b"g")
+    assert sorted(results) == [1, 2]
+    assert token.statistics().borrowed_tokens == 0
+
+
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
 async def test_the_default_limiter_is_anyio_s_and_bounds_calls_once_made(env):
@@ -249,53 +275,14 @@ async def test_the_default_limiter_is_anyio_s_and_bounds_calls_once_made(env):
     assert aio.current_default_interpreter_limiter() is limiter
     assert limiter.total_tokens == (os.process_cpu_count() or 1)
     limiter.total_tokens = 1
-    arrived_r, arrived_w, go_r, go_w = env.gate()
-    results = []
-
-    async def one(value):
-        results.append(await aio.run_sync(h.gated, arrived_w, go_r, value, executor=executor))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(one, 1)
-        tg.start_soon(one, 2)
-        assert await async_read_bytes(arrived_r) == b"a"
-        await anyio.wait_all_tasks_blocked()
-        assert limiter.statistics().borrowed_tokens == 1
-        assert limiter.statistics().tasks_waiting == 1
-        assert executor.stats()["in_flight"] == 1
-        os.write(go_w, b"g")
-        assert await async_read_bytes(arrived_r) == b"a"
-        os.write(go_w, b"g")
-    assert sorted(results) == [1, 2]
-    assert limiter.statistics().borrowed_tokens == 0
+    await _two_calls_one_token(env, executor, limiter)
 
 
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
 async def test_limiter_bounds_concurrent_calls(env):
-    executor = env.pool(2)
-    arrived_r, arrived_w, go_r, go_w = env.gate()
     limiter = anyio.CapacityLimiter(1)
-    results = []
-
-    async def one(value):
-        results.append(await aio.run_sync(h.gated, arrived_w, go_r, value, limiter=limiter, executor=executor))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(one, 1)
-        tg.start_soon(one, 2)
-        assert await async_read_bytes(arrived_r) == b"a"
-        await anyio.wait_all_tasks_blocked()
-        # Two idle workers, but the limiter let only one call through.
-        assert limiter.statistics().borrowed_tokens == 1
-        assert limiter.statistics().tasks_waiting == 1
-        assert executor.stats()["in_flight"] == 1
-        assert nothing_to_read(arrived_r)
-        os.write(go_w, b"g")
-        assert await async_read_bytes(arrived_r) == b"a"
-        os.write(go_w, b"g")
-    assert sorted(results) == [1, 2]
-    assert limiter.statistics().borrowed_tokens == 0
+    await _two_calls_one_token(env, env.pool(2), limiter, limiter=limiter)
 
 
 @pytest.mark.anyio
