@@ -28,6 +28,7 @@ import _interpqueues
 import _interpreters
 import _queue
 import _thread
+import os
 import sys
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every worker
@@ -127,8 +128,10 @@ _POOL_SIDE_NAMES = (
     "_register_queue_errors",
     "_run_now",
     "create_interpreter",
+    "ctypes_token",
     "daemon_threads_allowed",
     "ended_on_unhandled_ctrl_c",
+    "forget_ctypes_token_after_fork",
     "futures_held_up_the_stack",
     "held",
     "imports_during_exit",
@@ -694,22 +697,76 @@ def queue_destroy(qid):  # type: (int) -> None
 
 
 # ---------------------------------------------------------------- threads
+_ctypes_token_fds = None  # type: tuple[int, int] | None  # (the main interpreter's: see ctypes_token)
+_ctypes_token_lock = _thread.allocate_lock()
+
+if _POOL_SIDE:
+
+    def ctypes_token():  # type: () -> tuple[int, int]
+        """The process's ctypes token, handed to every worker: a pipe holding
+        one byte, which a worker's ``set_async_exc`` reads before it imports or
+        calls ctypes and writes back after.  ctypes keeps a table of its simple
+        types that all interpreters share, which ``import ctypes`` rewrites and
+        its calls read, with no lock (see _fill_ctypes_field_table): on 3.14
+        and 3.15 two workers' watchdogs interrupting tasks at the same moment
+        (a pool stopped at a Ctrl-C, deadlines passing together) could crash
+        the process.  Made on first use; a forked child makes its own."""
+        global _ctypes_token_fds
+        with _ctypes_token_lock:
+            if _ctypes_token_fds is None:
+                rfd, wfd = os.pipe()
+                os.write(wfd, b"\0")
+                _ctypes_token_fds = (rfd, wfd)
+            return _ctypes_token_fds
+
+    def forget_ctypes_token_after_fork():  # type: () -> None
+        # In a forked child: the token's pipe is the parent's too (a byte taken
+        # here would be missing there); the child's pools get a pipe of its own.
+        global _ctypes_token_fds, _ctypes_token_lock
+        _ctypes_token_lock = _thread.allocate_lock()  # (a parent thread may have held it)
+        fds, _ctypes_token_fds = _ctypes_token_fds, None
+        for fd in fds or ():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_held_token = None  # type: tuple[int, int] | None
+
+
+def hold_ctypes_token(fds):  # type: (tuple[int, int]) -> None
+    # In a worker: the pool's ctypes token (see ctypes_token), for set_async_exc.
+    global _held_token
+    _held_token = fds
+
+
 def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) -> None
     # Raise ``exc`` asynchronously in a thread of the calling interpreter
-    # (``PyThreadState_SetAsyncExc``; None cancels a pending one).
+    # (``PyThreadState_SetAsyncExc``; None cancels a pending one), holding the
+    # process's ctypes token, if this interpreter was given one, from before
+    # ctypes is imported until after the call (see ctypes_token).
+    token = _held_token
+    taken = False
     try:
-        import ctypes
-    except ImportError:
-        raise
-    except Exception:
-        # Seen once on 3.14 under a Ctrl-C storm, in a worker's watchdog thread:
-        # the first import of ctypes failed inside ctypes/__init__ ("class must
-        # define a '_type_' attribute").  A failed import leaves nothing in
-        # sys.modules; importing again is the remedy.
-        sys.modules.pop("ctypes", None)
-        import ctypes
+        if token is not None:
+            taken = bool(os.read(token[0], 1))  # (b"": the pipe's other end closed, not expected)
+        try:
+            import ctypes
+        except ImportError:
+            raise
+        except Exception:
+            # Seen once on 3.14 under a Ctrl-C storm, in a worker's watchdog thread:
+            # the first import of ctypes failed inside ctypes/__init__ ("class must
+            # define a '_type_' attribute").  A failed import leaves nothing in
+            # sys.modules; importing again is the remedy.
+            sys.modules.pop("ctypes", None)
+            import ctypes
 
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+    finally:
+        if taken and token is not None:
+            os.write(token[1], b"\0")
 
 
 def start_thread(fn):  # type: (Any) -> Any

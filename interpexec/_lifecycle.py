@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import warnings
 
-from ._compat import os_thread_started
+from ._compat import ctypes_token, os_thread_started
 from ._dispatch import Dispatcher
 from ._future import start_running_locked
 from ._protocol import WorkerSettings
@@ -87,6 +87,7 @@ class Workers(Dispatcher):
             log_level=self.log_level,
             thread_grace=self.interrupt_grace,
             wake_fd=worker.wake_pipe[0],
+            ctypes_token=ctypes_token(),
         )
 
     def prestart(self, wait: bool) -> None:

@@ -153,6 +153,7 @@ class WorkerSettings:
 
     __slots__ = (
         "commands",
+        "ctypes_token",
         "grace",
         "idle_timeout",
         "index",
@@ -189,6 +190,7 @@ class WorkerSettings:
         log_level,  # type: int | None
         thread_grace,  # type: float
         wake_fd,  # type: int
+        ctypes_token,  # type: tuple[int, int]
     ):
         # type: (...) -> None
         self.slots = slots
@@ -207,6 +209,7 @@ class WorkerSettings:
         self.log_level = log_level
         self.thread_grace = thread_grace
         self.wake_fd = wake_fd  # the read end of this worker's own wake-up pipe
+        self.ctypes_token = ctypes_token  # the process's (read end, write end): see _compat.ctypes_token
 
     def to_wire(self):  # type: () -> tuple[Any, ...]
         return tuple(getattr(self, name) for name in WorkerSettings.__slots__)

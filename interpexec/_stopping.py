@@ -410,6 +410,7 @@ def _after_fork_in_child() -> None:
     # again would have both processes drain each other's wake-ups.
     _wakeup.forget_after_fork()
     _queue.forget_after_fork()
+    _compat.forget_ctypes_token_after_fork()
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
