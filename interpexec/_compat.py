@@ -704,8 +704,8 @@ if _POOL_SIDE:
 
     def ctypes_token():  # type: () -> tuple[int, int]
         """The process's ctypes token, handed to every worker: a pipe holding
-        one byte, which a worker's ``set_async_exc`` reads before it imports or
-        calls ctypes and writes back after.  ctypes keeps a table of its simple
+        one byte, which a worker reads before its first ``import ctypes`` and
+        writes back after (``import_ctypes``).  ctypes keeps a table of its simple
         types that all interpreters share, which ``import ctypes`` rewrites and
         its calls read, with no lock (see _fill_ctypes_field_table): on 3.14
         and 3.15 two workers' watchdogs interrupting tasks at the same moment
@@ -736,16 +736,22 @@ _held_token = None  # type: tuple[int, int] | None
 
 
 def hold_ctypes_token(fds):  # type: (tuple[int, int]) -> None
-    # In a worker: the pool's ctypes token (see ctypes_token), for set_async_exc.
+    # In a worker: the pool's ctypes token (see ctypes_token), for import_ctypes.
     global _held_token
     _held_token = fds
 
 
-def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) -> None
-    # Raise ``exc`` asynchronously in a thread of the calling interpreter
-    # (``PyThreadState_SetAsyncExc``; None cancels a pending one), holding the
-    # process's ctypes token, if this interpreter was given one, from before
-    # ctypes is imported until after the call (see ctypes_token).
+def import_ctypes():  # type: () -> Any
+    # ctypes, imported the first time in this interpreter holding the process's
+    # ctypes token, if this interpreter was given one (see ctypes_token): the
+    # import creates ctypes' types, reading the table another interpreter's
+    # import may be rewriting.  Only the import: the calls use types made by
+    # then.  (The import releases this interpreter's GIL, which a task may keep
+    # for a long C call meanwhile: the token is held that long, so a worker
+    # imports here before it takes locks its task thread waits for.)
+    module = sys.modules.get("ctypes")
+    if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return module
     token = _held_token
     taken = False
     try:
@@ -762,11 +768,17 @@ def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) ->
             # sys.modules; importing again is the remedy.
             sys.modules.pop("ctypes", None)
             import ctypes
-
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
+        return ctypes
     finally:
         if taken and token is not None:
             os.write(token[1], b"\0")
+
+
+def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) -> None
+    # Raise ``exc`` asynchronously in a thread of the calling interpreter
+    # (``PyThreadState_SetAsyncExc``; None cancels a pending one).
+    ctypes = import_ctypes()
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
 
 
 def start_thread(fn):  # type: (Any) -> Any

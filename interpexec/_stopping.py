@@ -401,6 +401,8 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
+    # (First: the parent's pipe must not stay the child's token, whatever fails below.)
+    _compat.forget_ctypes_token_after_fork()
     for pool in list(LIVE_POOLS):
         if isinstance(pool, Stopper):
             pool.forget_after_fork()
@@ -410,7 +412,6 @@ def _after_fork_in_child() -> None:
     # again would have both processes drain each other's wake-ups.
     _wakeup.forget_after_fork()
     _queue.forget_after_fork()
-    _compat.forget_ctypes_token_after_fork()
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

@@ -330,6 +330,7 @@ class Watchdog:
                 wait = None
         if poller.poll(None if wait is None else min(MAX_POLL_MS, max(1, int(wait * 1000 + 0.999)))):
             os.read(commands.rfd, 4096)
+        running = 0  # (a running task an interrupt request asks to stop)
         for cmd in commands.drain():
             if cmd[0] == CMD_STOP:
                 return True
@@ -337,9 +338,22 @@ class Watchdog:
             if target:
                 with st.lock:
                     # (A task not running here yet is skipped by the loop itself:
-                    # TaskState.begin reads the pool's marks and these notes.)
+                    # TaskState.begin reads the pool's marks and these notes,
+                    # recorded here at once.)
                     if not st.note_interrupt(target) and not st.fired:
-                        self._fire(time.monotonic())
+                        running = target
+        # About to interrupt for the first time in this interpreter: ctypes
+        # first, outside st.lock, which the task thread waits for as a task
+        # ends (see _compat.import_ctypes).  (The deadline read without the
+        # lock: a miss only imports under it, in _fire.)
+        if "ctypes" not in _modules and (
+            running or (st.tid and not st.fired and st.deadline and time.monotonic() >= st.deadline)
+        ):
+            _compat.import_ctypes()
+        if running:
+            with st.lock:
+                if st.tid == running and not st.fired:  # (still running: it may have ended meanwhile)
+                    self._fire(time.monotonic())
         with st.lock:
             now = time.monotonic()
             if st.tid and not st.fired and st.deadline and now >= st.deadline:

@@ -184,7 +184,7 @@ def serve(control, settings):  # type: (memoryview, WorkerSettings) -> int
     layout = ControlLayout(settings.slots)
     state = TaskState(ctl, layout.stop_tids, layout.nslots)
     state.commands = commands = Channel.from_spec(settings.commands)
-    _compat.hold_ctypes_token(settings.ctypes_token)  # (before the watchdog, its only user)
+    _compat.hold_ctypes_token(settings.ctypes_token)  # (before the watchdog starts: it interrupts through ctypes)
     watchdog = Watchdog(state, commands, results, settings.index, settings.grace, settings.interrupt_pipe[1])
     INTERRUPT_FDS[state.thread_id] = settings.interrupt_pipe[0]
     _watch_swallowed_interrupts(state, watchdog)
