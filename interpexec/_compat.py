@@ -707,7 +707,7 @@ if _POOL_SIDE:
         one byte, which a worker reads before its first ``import ctypes`` and
         writes back after (``import_ctypes``).  ctypes keeps a table of its simple
         types that all interpreters share, which ``import ctypes`` rewrites and
-        its calls read, with no lock (see _fill_ctypes_field_table): on 3.14
+        creating a type reads, with no lock (see _fill_ctypes_field_table): on 3.14
         and 3.15 two workers' watchdogs interrupting tasks at the same moment
         (a pool stopped at a Ctrl-C, deadlines passing together) could crash
         the process.  Made on first use; a forked child makes its own."""
@@ -741,6 +741,13 @@ def hold_ctypes_token(fds):  # type: (tuple[int, int]) -> None
     _held_token = fds
 
 
+def ctypes_ready():  # type: () -> bool
+    # Whether this interpreter has imported ctypes (an import still running in
+    # another thread does not count).
+    module = sys.modules.get("ctypes")
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
 def import_ctypes():  # type: () -> Any
     # ctypes, imported the first time in this interpreter holding the process's
     # ctypes token, if this interpreter was given one (see ctypes_token): the
@@ -749,9 +756,8 @@ def import_ctypes():  # type: () -> Any
     # then.  (The import releases this interpreter's GIL, which a task may keep
     # for a long C call meanwhile: the token is held that long, so a worker
     # imports here before it takes locks its task thread waits for.)
-    module = sys.modules.get("ctypes")
-    if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
-        return module
+    if ctypes_ready():
+        return sys.modules["ctypes"]
     token = _held_token
     taken = False
     try:
@@ -776,7 +782,10 @@ def import_ctypes():  # type: () -> Any
 
 def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) -> None
     # Raise ``exc`` asynchronously in a thread of the calling interpreter
-    # (``PyThreadState_SetAsyncExc``; None cancels a pending one).
+    # (``PyThreadState_SetAsyncExc``; None cancels a pending one: none can be
+    # before ctypes was imported here, and the cancel imports nothing).
+    if exc is None and not ctypes_ready():
+        return
     ctypes = import_ctypes()
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None)
 

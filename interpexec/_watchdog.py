@@ -230,7 +230,17 @@ def finish_task(state):  # type: (TaskState) -> None
 class Watchdog:
     # Enforces deadlines and interrupt requests for one worker's running task.
 
-    __slots__ = ("commands", "grace", "handle", "index", "interp_id", "interrupt_wfd", "results", "state")
+    __slots__ = (
+        "commands",
+        "grace",
+        "handle",
+        "import_retry_at",
+        "index",
+        "interp_id",
+        "interrupt_wfd",
+        "results",
+        "state",
+    )
 
     def __init__(self, state, commands, results, index, grace, interrupt_wfd):  # type: (TaskState, Channel, Channel, int, float, int) -> None
         self.interrupt_wfd = interrupt_wfd
@@ -240,6 +250,7 @@ class Watchdog:
         self.index = index
         self.grace = grace
         self.handle: Any = None
+        self.import_retry_at = 0.0  # (after an import of ctypes failed: see _step)
         # (Sent with EV_STUCK: the pool retires the worker only if it still runs
         # this interpreter; see Workers.retire.)
         self.interp_id = _compat.current_interpreter_id()
@@ -271,6 +282,13 @@ class Watchdog:
             st.refire_gap = min(st.refire_gap * 2, REFIRE_MAX)
         st.last_fire = now
         st.swallowed = False
+        if not _compat.ctypes_ready():
+            # Never imported under this lock, which the task thread waits for
+            # as a task ends (see _compat.import_ctypes): the next step imports
+            # it outside, and fires again (at once; or once an import that
+            # failed may be tried again).
+            st.refire_at = max(now, self.import_retry_at)
+            return
         try:
             _compat.set_async_exc(st.thread_id, Interrupted)
         except Exception as exc:  # the watchdog must live on: it tries again at refire_at
@@ -342,14 +360,22 @@ class Watchdog:
                     # recorded here at once.)
                     if not st.note_interrupt(target) and not st.fired:
                         running = target
-        # About to interrupt for the first time in this interpreter: ctypes
-        # first, outside st.lock, which the task thread waits for as a task
-        # ends (see _compat.import_ctypes).  (The deadline read without the
-        # lock: a miss only imports under it, in _fire.)
-        if "ctypes" not in _modules and (
-            running or (st.tid and not st.fired and st.deadline and time.monotonic() >= st.deadline)
+        # About to interrupt for the first time in this interpreter (a request
+        # for the running task, or a fire _fire put off): ctypes first, outside
+        # st.lock, which the task thread waits for as a task ends (see
+        # _compat.import_ctypes).  A deadline passing fails its future first
+        # (TIMEOUT, below), then fires on the next step.  (Read without the
+        # lock: a miss only puts the fire off to the next step.)
+        if (
+            (running or (st.tid and st.fired))
+            and not _compat.ctypes_ready()
+            and time.monotonic() >= self.import_retry_at
         ):
-            _compat.import_ctypes()
+            try:
+                _compat.import_ctypes()
+            except Exception as exc:  # (no ctypes: tried again after REFIRE_MAX; the task is reported stuck)
+                self.import_retry_at = time.monotonic() + REFIRE_MAX
+                _unraisable(exc, "interpexec: a worker's watchdog could not load ctypes to interrupt its task")
         if running:
             with st.lock:
                 if st.tid == running and not st.fired:  # (still running: it may have ended meanwhile)

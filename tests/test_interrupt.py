@@ -132,6 +132,30 @@ def test_a_worker_s_first_ctypes_import_holds_the_process_s_token(signals):
     assert _bytes_in_pipe(rfd) == 1  # (neither kept nor given back twice)
 
 
+@pytest.mark.timeout(60)
+def test_a_deadline_fails_its_future_at_once_while_the_ctypes_token_is_held_elsewhere(signals):
+    """A worker's first interrupt waits for the process's ctypes token (held
+    here, as another worker importing ctypes would), but its deadline fails the
+    future at once all the same: the TIMEOUT goes first, the interrupt after."""
+    rfd, wfd = _compat.ctypes_token()
+    with InterpreterPoolExecutor(1) as ex:  # (a fresh worker: it has not imported ctypes)
+        ex.prestart(wait=True)
+        taken = b""
+        try:
+            taken = os.read(rfd, 1)  # (this test holds the token)
+            fut = ex.schedule(fh.spin_until_stopped, (signals.started_w, signals.stopped_w), timeout=0.2)
+            assert helpers.wait_bytes(signals.started_r, 1) == b"r"
+            with pytest.raises(TimeoutError):
+                fut.result(timeout=20)
+            assert fut.done()  # (the deadline's TimeoutError, not the wait's)
+            assert not helpers.readable(signals.stopped_r, 0)  # (still spinning: no interrupt yet)
+        finally:
+            if taken:
+                os.write(wfd, taken)
+        assert helpers.wait_bytes(signals.stopped_r, 1) == b"s"
+    assert _bytes_in_pipe(rfd) == 1
+
+
 @pytest.mark.timeout(30)
 def test_interrupt_a_pending_task_cancels_it(signals):
     with InterpreterPoolExecutor(1) as ex:
