@@ -793,6 +793,7 @@ def set_async_exc(thread_id, exc):  # type: (int, type[BaseException] | None) ->
 def start_thread(fn):  # type: (Any) -> Any
     # Start a joinable, non-daemon thread without the threading module (which a
     # worker does not import for itself); returns a handle with ``join()``.
+    # Through whatever wrap_thread_starts installed by then, as task code's.
     return _thread.start_joinable_thread(fn, daemon=False)
 
 
@@ -833,12 +834,6 @@ if _POOL_SIDE:
         an ident from the moment the C call that starts the thread returns."""
         handle = getattr(thread, "_os_thread_handle", None) or getattr(thread, "_handle", None)
         return handle is not None and bool(handle.ident)
-
-
-def start_tracked_thread(fn):  # type: (Any) -> None
-    # Start a non-daemon thread the way task code does (through whatever
-    # wrap_thread_starts installed), unlike start_thread.
-    _thread.start_joinable_thread(fn, daemon=False)
 
 
 def thread_count():  # type: () -> int

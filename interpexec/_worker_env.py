@@ -181,7 +181,7 @@ class ThreadTracker:
 
         threading_atexit_callbacks.__qualname__ = "threading atexit callbacks"  # (named in the warning)
         try:
-            _compat.start_tracked_thread(threading_atexit_callbacks)
+            _compat.start_thread(threading_atexit_callbacks)  # (tracked: installed by then)
         except Exception:  # (no thread to be had: here then, as an exit would)
             threading_atexit_callbacks()
 
